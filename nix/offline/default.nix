@@ -1,0 +1,37 @@
+# Entry point of the offline provider (driven by nix/offline/build): the whole stage chain with
+# Debian's LLVM/BOLT and the host rustup toolchain, evaluable by Nix 2.8 without nixpkgs.
+{
+  # Absolute path of the rustup toolchain (see nix/offline/build, which finds it).
+  rustToolchain,
+  # Absolute path of the `cargo vendor` directory for Cargo.lock.
+  vendorDir,
+  # Overrides of the provider's tool paths (attribute names of nix/toolchains/offline.nix).
+  toolOverrides ? { },
+}:
+let
+  root = ../..;
+
+  # Only what cargo needs, so that editing docs, shapes or Nix code rebuilds no binary.
+  cargoSource = builtins.path {
+    name = "gateway-workspace-source";
+    path = root;
+    filter = path: type:
+      let
+        rel = builtins.substring (builtins.stringLength (toString root) + 1) (-1) (toString path);
+        top = builtins.head (builtins.split "/" rel);
+        base = baseNameOf path;
+      in
+      (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer")
+      && base != "target" && base != "fuzz" && !(builtins.match ".*\\.py[co]?" base != null);
+  };
+
+  toolchain = import ../toolchains/offline.nix ({
+    inherit rustToolchain;
+    src = cargoSource;
+    vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
+  } // toolOverrides);
+in
+import ../pipeline.nix {
+  inherit toolchain;
+  shapes = builtins.path { name = "shapes"; path = root + "/shapes"; };
+}

@@ -1,0 +1,43 @@
+# Stage 8: the released artifact. llvm-bolt lays out the PGO build with the BOLT profile using the
+# layout flags BOLT's documentation recommends; the output must carry BOLT's note, and the proof
+# marker is written last, only after every check passed.
+{
+  toolchain,
+  # Output of the PGO stage.
+  pgo,
+  # Output of the profile stage (gateway.profdata, manifest.json of the LLVM training run).
+  profile,
+  # Output of the BOLT profile stage (gateway.fdata, manifest.json of the BOLT training run).
+  boltProfile,
+  trainer,
+  versions,
+}:
+toolchain.runStage {
+  name = "gateway-pgo-bolt";
+  script = ''
+    mkdir -p "$out/bin" "$out/share/gateway"
+    ${toolchain.tools.llvmBolt} ${pgo}/bin/gateway -o "$out/bin/gateway" \
+      -data=${boltProfile}/gateway.fdata \
+      -reorder-blocks=ext-tsp \
+      -reorder-functions=cdsort \
+      -split-functions \
+      -split-all-cold \
+      -split-eh \
+      -dyno-stats \
+      2>&1 | tee "$out/share/gateway/bolt.log" \
+      || fail "llvm-bolt optimization failed"
+    ${toolchain.tools.readelf} -S -W "$out/bin/gateway" | grep -q '\.note\.bolt_info' \
+      || fail "the output has no .note.bolt_info section: BOLT did not rewrite it"
+    ${trainer}/bin/trainer proof \
+      --pgo-manifest ${profile}/manifest.json \
+      --profdata ${profile}/gateway.profdata \
+      --bolt-manifest ${boltProfile}/manifest.json \
+      --fdata ${boltProfile}/gateway.fdata \
+      --bolt-log "$out/share/gateway/bolt.log" \
+      --versions ${versions}/versions.json \
+      --out "$out/share/gateway/proof.json" \
+      || fail "trainer proof refused to write the marker"
+    ${trainer}/bin/trainer verify-proof "$out/share/gateway/proof.json" \
+      || fail "the proof marker does not verify"
+  '';
+}

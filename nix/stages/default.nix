@@ -1,0 +1,14 @@
+# One file per stage; each is a function of the toolchain and of its inputs.
+{ toolchain }:
+let
+  stage = file: args: import file ({ inherit toolchain; } // args);
+in
+{
+  instrumented = stage ./instrumented.nix;
+  training = stage ./training.nix;
+  profile = stage ./profile.nix;
+  pgo = stage ./pgo.nix;
+  bolt-instrument = stage ./bolt-instrument.nix;
+  bolt-profile = stage ./bolt-profile.nix;
+  bolt-optimize = stage ./bolt-optimize.nix;
+}

@@ -1,0 +1,70 @@
+# Compositions of the real stages with one input broken each. Every attribute here must FAIL to
+# build, with a message naming the stage and the cause; tests/pipeline/test_fail_closed.py builds
+# each one and checks the message. Arguments are those of nix/offline/default.nix.
+args@{ rustToolchain, vendorDir, ... }:
+let
+  chain = import ../offline/default.nix args;
+  inherit (chain) stages toolchain trainer shapes versions;
+
+  withTools = toolOverrides: import ../offline/default.nix (args // { inherit toolOverrides; });
+
+  # A gateway that serves normally but exits 3 when told to stop, as a failed shutdown would.
+  gatewayExitingNonZero = toolchain.runStage {
+    name = "gateway-exits-nonzero";
+    script = ''
+      mkdir -p "$out/bin"
+      cat > "$out/bin/gateway" <<'WRAPPER'
+      #!/bin/bash
+      "$(dirname "$0")/real-gateway" "$@" &
+      child=$!
+      trap 'kill -TERM $child; wait $child; exit 3' TERM INT
+      wait $child
+      WRAPPER
+      cp ${chain.gateway-instrumented}/bin/gateway "$out/bin/real-gateway"
+      chmod +x "$out/bin/gateway"
+    '';
+  };
+
+  # A training directory with a profraw that is not a profile.
+  corruptTraining = toolchain.runStage {
+    name = "gateway-training-corrupt";
+    script = ''
+      mkdir -p "$out"
+      head -c 4096 /dev/urandom > "$out/chat-minimal.corrupt.profraw"
+      echo '{}' > "$out/manifest.json"
+    '';
+  };
+in
+{
+  # Training a binary without instrumentation leaves no profraw: the training stage fails.
+  training-without-instrumentation = stages.training {
+    name = "gateway-training";
+    kind = "llvm";
+    gateway = chain.gateway;
+    inherit trainer shapes;
+  };
+
+  # The gateway exits 3 instead of 0 on SIGTERM: the training stage fails.
+  training-gateway-exits-nonzero = stages.training {
+    name = "gateway-training";
+    kind = "llvm";
+    gateway = gatewayExitingNonZero;
+    inherit trainer shapes;
+  };
+
+  # Corrupt profraw: the profile stage's merge fails.
+  profile-from-corrupt-profraw = stages.profile { training = corruptTraining; inherit versions; };
+
+  # llvm-profdata of LLVM 14 while rustc is LLVM 22: the toolchain check refuses it, and the
+  # profile stage, which depends on it, never runs.
+  profile-with-wrong-llvm-profdata =
+    (withTools { llvmProfdata = "/usr/lib/llvm-14/bin/llvm-profdata"; }).gateway-profile;
+
+  # No BOLT runtime library: the BOLT instrumentation stage fails.
+  bolt-without-runtime-library =
+    (withTools { boltRuntimeLib = "/nonexistent/libbolt_rt_instr.a"; }).gateway-bolt-instrumented;
+
+  # An llvm-bolt older than 19 is refused by the toolchain check (LLVM 14's llc stands in for a
+  # BOLT 14: the check reads only the version line every LLVM tool prints).
+  bolt-too-old = (withTools { llvmBolt = "/usr/lib/llvm-14/bin/llc"; }).versions;
+}

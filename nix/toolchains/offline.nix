@@ -1,0 +1,105 @@
+# The offline toolchain provider: Debian's llvm-22 and bolt-22 plus the host's rustup toolchain,
+# evaluated by Debian's Nix 2.8 with no nixpkgs at all. Stages are raw `derivation`s whose builder
+# is the host's /bin/bash; the sandbox sees the host tools only through explicit `sandbox-paths`
+# (see nix/offline/build), so the build stays offline and every tool is named by absolute path.
+{
+  # Absolute path of the rustup toolchain directory (holds bin/rustc and bin/cargo, the real
+  # binaries, not rustup's proxies).
+  rustToolchain,
+  # `cargo vendor` output for Cargo.lock; the only crate source the sandbox gets.
+  vendor,
+  # The cargo workspace source (Cargo.toml, Cargo.lock and the member crates).
+  src,
+  # Directory of Debian's LLVM tools.
+  llvmBin ? "/usr/lib/llvm-22/bin",
+  llvmProfdata ? "${llvmBin}/llvm-profdata",
+  llvmBolt ? "${llvmBin}/llvm-bolt",
+  mergeFdata ? "${llvmBin}/merge-fdata",
+  readelf ? "${llvmBin}/llvm-readelf",
+  # BOLT's instrumentation runtime, passed explicitly so that BOLT never finds one by PATH.
+  boltRuntimeLib ? "/usr/lib/llvm-22/lib/libbolt_rt_instr.a",
+  system ? "x86_64-linux",
+  target ? "x86_64-unknown-linux-gnu",
+}:
+let
+  # Coreutils, grep, sed and findutils from the host, plus gcc as the linker rustc invokes.
+  hostPath = "/usr/bin:/bin";
+
+  # Shared prologue of every stage: strict bash and a `fail` that names the stage.
+  prologue = name: ''
+    set -euo pipefail
+    stage=${name}
+    fail() { echo "error: stage $stage: $*" >&2; exit 1; }
+  '';
+
+  runStage =
+    { name, script, env ? { } }:
+    derivation (env // {
+      inherit name system;
+      builder = "/bin/bash";
+      args = [ "-c" (prologue name + script) ];
+      PATH = hostPath;
+    });
+
+  buildPackage =
+    { pname, package, rustflags }:
+    runStage {
+      name = pname;
+      env = { RUSTFLAGS_STAGE = rustflags; };
+      script = ''
+        export HOME="$TMPDIR/home" CARGO_HOME="$TMPDIR/cargo-home"
+        mkdir -p "$HOME" "$CARGO_HOME"
+        cat > "$CARGO_HOME/config.toml" <<CONFIG
+        [source.crates-io]
+        replace-with = "vendored"
+        [source.vendored]
+        directory = "${vendor}"
+        CONFIG
+        cp -r ${src} "$TMPDIR/src"
+        chmod -R u+w "$TMPDIR/src"
+        cd "$TMPDIR/src"
+        export PATH="${rustToolchain}/bin:${hostPath}"
+        export RUSTFLAGS="$RUSTFLAGS_STAGE"
+        echo "stage $stage: cargo build -p ${package} --target ${target} RUSTFLAGS='$RUSTFLAGS'"
+        cargo build --release --offline --locked --target ${target} -p ${package} \
+          || fail "cargo build of ${package} failed"
+        mkdir -p "$out/bin"
+        cp "target/${target}/release/${package}" "$out/bin/${package}"
+      '';
+    };
+
+  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf boltRuntimeLib; };
+
+  # Read each tool's own version and refuse a mismatch before any stage uses it.
+  versions = runStage {
+    name = "toolchain-versions";
+    script = ''
+      rustc="${rustToolchain}/bin/rustc"
+      for tool in "$rustc" ${llvmProfdata} ${llvmBolt} ${mergeFdata} ${readelf}; do
+        [ -x "$tool" ] || fail "$tool is not an executable"
+      done
+      rustc_line=$("$rustc" -V)
+      rustc_llvm=$("$rustc" -vV | sed -n 's/^LLVM version: //p')
+      [ -n "$rustc_llvm" ] || fail "cannot read rustc's LLVM version"
+      # `merge --version` is understood by every llvm-profdata since LLVM 3.
+      profdata_llvm=$(${llvmProfdata} merge --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
+      bolt_llvm=$(${llvmBolt} --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
+      [ -n "$profdata_llvm" ] || fail "cannot read the LLVM version of ${llvmProfdata}"
+      [ -n "$bolt_llvm" ] || fail "cannot read the LLVM version of ${llvmBolt}"
+      if [ "''${profdata_llvm%%.*}" != "''${rustc_llvm%%.*}" ]; then
+        fail "${llvmProfdata} is LLVM $profdata_llvm but rustc uses LLVM $rustc_llvm: its profdata would not match rustc's profraw format"
+      fi
+      if [ "''${bolt_llvm%%.*}" -lt 19 ]; then
+        fail "${llvmBolt} is LLVM $bolt_llvm; BOLT 19 or newer is required"
+      fi
+      mkdir -p "$out"
+      printf '{"rustc":"%s","rustc_llvm":"%s","llvm_profdata":"%s","llvm_bolt":"%s","provider":"offline-debian"}\n' \
+        "$rustc_line" "$rustc_llvm" "$profdata_llvm" "$bolt_llvm" > "$out/versions.json"
+      cat "$out/versions.json"
+    '';
+  };
+in
+{
+  name = "offline-debian";
+  inherit system target runStage buildPackage tools versions;
+}
