@@ -1,0 +1,115 @@
+"""The whole stage chain, end to end, offline, in a real Nix sandbox (issue 2's "must show")."""
+
+import json
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+
+from conftest import ROOT, offline_build
+
+STAGES = [
+    "toolchain-versions",
+    "gateway-instrumented",
+    "gateway-training",
+    "gateway-profile",
+    "gateway-pgo-build",
+    "gateway-pgo",
+    "gateway-bolt-instrumented",
+    "gateway-bolt-training",
+    "gateway-bolt-profile",
+    "gateway-pgo-bolt",
+]
+
+
+def test_artifact_is_bolted(pgo_bolt):
+    sections = subprocess.run(
+        ["/usr/lib/llvm-22/bin/llvm-readelf", "-S", "-W", str(pgo_bolt / "bin" / "gateway")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert ".note.bolt_info" in sections
+
+
+def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
+    proof_path = pgo_bolt / "share" / "gateway" / "proof.json"
+    proof = json.loads(proof_path.read_text())
+    assert proof["pgo"]["profraw_files"] > 0
+    assert proof["pgo"]["profraw_bytes"] > 0
+    assert proof["pgo"]["profdata_bytes"] > 0
+    assert len(proof["pgo"]["profdata_sha256"]) == 64
+    assert proof["bolt"]["fdata_files"] > 0
+    assert proof["bolt"]["functions_with_profile"] > 0
+    assert proof["holdout"] not in proof["pgo"]["shapes_trained"]
+    assert proof["toolchain"]["rustc_llvm"].split(".")[0] == proof["toolchain"]["llvm_profdata"].split(".")[0]
+    subprocess.run([str(trainer_bin), "verify-proof", str(proof_path)], check=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url, timeout=20):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                return r.status
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def test_artifact_serves_chat_completion(pgo_bolt, trainer_bin, tmp_path):
+    addr_file = tmp_path / "mock.addr"
+    mock = subprocess.Popen([str(trainer_bin), "mock", "--listen", "127.0.0.1:0", "--addr-file", str(addr_file)])
+    try:
+        deadline = time.monotonic() + 20
+        while not addr_file.exists() or not addr_file.read_text().strip():
+            assert time.monotonic() < deadline, "mock did not start"
+            time.sleep(0.05)
+        port = free_port()
+        config = {
+            "listen": f"127.0.0.1:{port}",
+            "workers": 1,
+            "providers": {"up": {"kind": "openai", "base_url": f"http://{addr_file.read_text().strip()}",
+                                 "api_key_env": "UPSTREAM_KEY"}},
+            "models": {"gpt-4o-mini": {"provider": "up", "model": "mock-gpt"}},
+        }
+        (tmp_path / "gateway.json").write_text(json.dumps(config))
+        gw = subprocess.Popen([str(pgo_bolt / "bin" / "gateway"), "--config", str(tmp_path / "gateway.json")],
+                              env={"UPSTREAM_KEY": "sk-test", "PATH": "/usr/bin:/bin"})
+        try:
+            wait_for(f"http://127.0.0.1:{port}/livez")
+            body = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                answer = json.loads(r.read())
+            assert answer["model"] == "gpt-4o-mini"
+            assert "Hello from the mock upstream." in answer["choices"][0]["message"]["content"]
+        finally:
+            gw.send_signal(signal.SIGTERM)
+            assert gw.wait(timeout=20) == 0
+    finally:
+        mock.send_signal(signal.SIGTERM)
+        mock.wait(timeout=20)
+
+
+def test_each_stage_is_its_own_derivation(pgo_bolt):
+    drv = subprocess.run(["nix-store", "--query", "--deriver", str(pgo_bolt)],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    closure = subprocess.run(["nix-store", "--query", "--requisites", drv],
+                             check=True, capture_output=True, text=True).stdout.split()
+    names = {pathlib.Path(p).name.split("-", 1)[1].removesuffix(".drv") for p in closure if p.endswith(".drv")}
+    missing = [s for s in STAGES if s not in names]
+    assert not missing, f"stages missing from the derivation graph: {missing}"
+
+
+def test_rebuild_with_unchanged_inputs_builds_nothing(pgo_bolt):
+    proc = offline_build("gateway-pgo-bolt", "--no-out-link", "--dry-run")
+    assert "will be built" not in proc.stdout, proc.stdout

@@ -1,0 +1,24 @@
+"""Every way the chain can fail, failing closed: each composition in nix/tests/fail-closed.nix
+breaks one input of a real stage, and the build must fail naming the stage and the cause."""
+
+import pytest
+
+from conftest import offline_build
+
+CASES = {
+    "training-without-instrumentation": ("stage gateway-training", "no profile"),
+    "training-gateway-exits-nonzero": ("stage gateway-training", "exit"),
+    "profile-from-corrupt-profraw": ("stage gateway-profile", "llvm-profdata merge rejected"),
+    "profile-with-wrong-llvm-profdata": ("stage toolchain-versions", "is LLVM 14"),
+    "bolt-without-runtime-library": ("stage gateway-bolt-instrumented", "BOLT runtime library"),
+    "bolt-too-old": ("stage toolchain-versions", "BOLT 19 or newer is required"),
+}
+
+
+@pytest.mark.parametrize("attr", sorted(CASES))
+def test_fails_closed(attr):
+    proc = offline_build("-f", "nix/tests/fail-closed.nix", attr, "--no-out-link", check=False)
+    assert proc.returncode != 0, f"{attr} built, but must fail:\n{proc.stdout[-3000:]}"
+    stage, cause = CASES[attr]
+    assert stage in proc.stdout, proc.stdout[-3000:]
+    assert cause in proc.stdout, proc.stdout[-3000:]
