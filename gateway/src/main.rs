@@ -1,1 +1,70 @@
-fn main() {}
+//! `gateway`: an LLM gateway speaking OpenAI Chat Completions, Anthropic Messages and OpenAI
+//! Responses to clients, in front of OpenAI- and Anthropic-style upstreams.
+
+mod body;
+mod config;
+mod error;
+mod json;
+mod native;
+mod provider;
+mod proxy;
+mod server;
+mod shutdown;
+mod sse;
+mod translate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "gateway", about = "LLM gateway", version)]
+struct Cli {
+    /// Config file (JSON); serving is the default command.
+    #[arg(long, global = true)]
+    config: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve (the default).
+    Serve,
+    /// Check the config and print every error with its JSON path.
+    Validate,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(path) = cli.config else {
+        eprintln!("gateway: --config FILE is required");
+        return ExitCode::from(2);
+    };
+    let cfg = match config::load_file(&path) {
+        Ok(c) => c,
+        Err(errs) => {
+            for e in &errs {
+                eprintln!("{path}: {e}");
+            }
+            eprintln!("{path}: {} error(s)", errs.len());
+            return ExitCode::from(1);
+        }
+    };
+    for w in &cfg.warnings {
+        eprintln!("config warning: {w}");
+    }
+    match cli.command {
+        Some(Command::Validate) => {
+            println!("{path}: ok");
+            ExitCode::SUCCESS
+        }
+        None | Some(Command::Serve) => match server::run(cfg, path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gateway: {e:#}");
+                ExitCode::from(1)
+            }
+        },
+    }
+}

@@ -1,0 +1,148 @@
+//! The few things the native route needs from a body, found without building a DOM: the `model`
+//! and `stream` fields and where the model's value sits, so that it can be replaced in place.
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::error::GwError;
+
+/// What routing needs from a request. Unknown fields are skipped by serde (validated, not kept),
+/// so a syntactically broken body is still rejected with 400 here. Duplicate `model` or `stream`
+/// keys are rejected by serde's derive as well.
+#[derive(Deserialize)]
+struct RawHead<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+pub struct Head<'a> {
+    pub model: Cow<'a, str>,
+    pub stream: bool,
+    /// Byte range of the model's JSON string literal within the body.
+    pub model_span: (usize, usize),
+}
+
+pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
+    let raw: RawHead = serde_json::from_slice(body)
+        .map_err(|e| GwError::bad_request(format!("invalid JSON body: {e}")))?;
+    let model_raw = raw.model.ok_or_else(|| {
+        let mut e = GwError::bad_request("missing required field `model`");
+        e.param = Some("model");
+        e
+    })?;
+    let model: Cow<str> = serde_json::from_str(model_raw.get()).map_err(|_| {
+        let mut e = GwError::bad_request("`model` must be a string");
+        e.param = Some("model");
+        e
+    })?;
+    let start = model_raw.get().as_ptr() as usize - body.as_ptr() as usize;
+    let end = start + model_raw.get().len();
+    Ok(Head {
+        model,
+        stream: raw.stream.unwrap_or(false),
+        model_span: (start, end),
+    })
+}
+
+/// Top-level `model` of a response body, located the same way.
+pub fn find_model_span(body: &[u8]) -> Option<(usize, usize)> {
+    #[derive(Deserialize)]
+    struct M<'a> {
+        #[serde(borrow)]
+        model: Option<&'a RawValue>,
+    }
+    let m: M = serde_json::from_slice(body).ok()?;
+    let raw = m.model?;
+    let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
+    Some((start, start + raw.get().len()))
+}
+
+/// `body` with the byte range replaced, as one buffer.
+pub fn splice(body: &Bytes, span: (usize, usize), with: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(body.len() - (span.1 - span.0) + with.len());
+    out.extend_from_slice(&body[..span.0]);
+    out.extend_from_slice(with);
+    out.extend_from_slice(&body[span.1..]);
+    out.freeze()
+}
+
+/// Replaces every `"model":<from>` (optionally with one space after the colon) by
+/// `"model":<to>` while copying `data` to `out`. Used on native streams, where the model name can
+/// sit at any depth (`message.model`, `response.model`) and parsing each frame would cost more than
+/// the search.
+pub fn copy_renaming_model(
+    out: &mut BytesMut,
+    data: &[u8],
+    finder: &memchr::memmem::Finder<'_>,
+    from: &[u8],
+    to: &[u8],
+) {
+    let mut pos = 0;
+    while let Some(off) = finder.find(&data[pos..]) {
+        let key_end = pos + off + b"\"model\":".len();
+        let mut v = key_end;
+        if data.get(v) == Some(&b' ') {
+            v += 1;
+        }
+        if data[v..].starts_with(from) {
+            out.extend_from_slice(&data[pos..v]);
+            out.extend_from_slice(to);
+            pos = v + from.len();
+        } else {
+            out.extend_from_slice(&data[pos..key_end]);
+            pos = key_end;
+        }
+    }
+    out.extend_from_slice(&data[pos..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_finds_model_span() {
+        let b = br#"{"messages":[{"role":"user","content":"x"}], "model" : "gpt\u0041", "stream":true}"#;
+        let h = parse_head(b).unwrap();
+        assert_eq!(h.model, "gptA");
+        assert!(h.stream);
+        assert_eq!(&b[h.model_span.0..h.model_span.1], br#""gpt\u0041""#);
+    }
+
+    #[test]
+    fn head_rejects_bad_input() {
+        assert_eq!(parse_head(b"{").err().unwrap().status, 400);
+        assert_eq!(parse_head(b"[]").err().unwrap().status, 400);
+        assert_eq!(parse_head(br#"{"model":1}"#).err().unwrap().status, 400);
+        assert_eq!(parse_head(br#"{"x":1}"#).err().unwrap().status, 400);
+        assert_eq!(
+            parse_head(br#"{"model":"a","model":"b"}"#)
+                .err()
+                .unwrap()
+                .status,
+            400
+        );
+    }
+
+    #[test]
+    fn renames_model_in_stream_frames() {
+        let f = memchr::memmem::Finder::new(b"\"model\":");
+        let mut out = BytesMut::new();
+        copy_renaming_model(
+            &mut out,
+            br#"{"message":{"model": "up","x":{"model":"other"}},"model":"up"}"#,
+            &f,
+            br#""up""#,
+            br#""alias""#,
+        );
+        assert_eq!(
+            &out[..],
+            br#"{"message":{"model": "alias","x":{"model":"other"}},"model":"alias"}"#
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! The request path shared by the three client dialects: read the body, find the route, send
+//! upstream (natively or translated), and answer in the client's dialect.
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use tokio::time::{timeout_at, Instant};
+
+use crate::body::{json_response, sse_response, GwResponse, SseBody, UpBody};
+use crate::error::{Dialect, GwError};
+use crate::native::NativeStream;
+use crate::server::Worker;
+use crate::{json, provider, translate};
+
+pub async fn handle(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> GwResponse {
+    match run(w, dialect, req).await {
+        Ok(r) => r,
+        Err(e) => e.response(dialect),
+    }
+}
+
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
+    match Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) => {
+            if e.is::<http_body_util::LengthLimitError>() {
+                Err(GwError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body exceeds {limit} bytes"),
+                ))
+            } else {
+                Err(GwError::bad_request(format!("could not read body: {e}")))
+            }
+        }
+    }
+}
+
+async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwResponse, GwError> {
+    let snap = w.snapshot();
+    let body = read_body(req.into_body(), snap.max_body_bytes).await?;
+    let head = json::parse_head(&body)?;
+    let route = snap
+        .routes
+        .get(head.model.as_ref())
+        .ok_or_else(|| GwError::unknown_model(&head.model))?
+        .clone();
+    let stream = head.stream;
+    let up_dialect = provider::upstream_dialect(dialect, route.provider.kind);
+    let native = up_dialect == dialect;
+
+    let (up_body, tr) = if native {
+        let (s, e) = head.model_span;
+        let b = UpBody::three(
+            body.slice(..s),
+            route.upstream_json.clone(),
+            body.slice(e..),
+        );
+        (b, None)
+    } else {
+        let (b, t) = translate::request(dialect, up_dialect, &body, &route)?;
+        (UpBody::one(b), Some(t))
+    };
+    let up_req = provider::request(&route.provider, up_dialect, up_body);
+
+    let deadline = Instant::now() + snap.upstream_timeout;
+    let resp = match timeout_at(deadline, w.client.request(up_req)).await {
+        Err(_) => return Err(GwError::timeout()),
+        Ok(Err(e)) => return Err(GwError::unreachable(error_chain(&e))),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+
+    if status.is_success() && stream {
+        let transform: Box<dyn crate::body::StreamTransform> = match tr {
+            None => Box::new(NativeStream::new(
+                dialect,
+                route.upstream_json.clone(),
+                route.alias_json.clone(),
+            )),
+            Some(t) => t.stream(),
+        };
+        return Ok(sse_response(SseBody::new(
+            resp.into_body(),
+            transform,
+            snap.upstream_timeout,
+        )));
+    }
+
+    let bytes = match timeout_at(deadline, resp.into_body().collect()).await {
+        Err(_) => return Err(GwError::timeout()),
+        Ok(Err(e)) => return Err(GwError::bad_upstream(format!("reading body: {e}"))),
+        Ok(Ok(c)) => c.to_bytes(),
+    };
+
+    if !status.is_success() {
+        return upstream_error(status, &bytes, native);
+    }
+    match tr {
+        None => {
+            let out = match json::find_model_span(&bytes) {
+                Some(span) => json::splice(&bytes, span, &route.alias_json),
+                None => bytes,
+            };
+            Ok(json_response(StatusCode::OK, out))
+        }
+        Some(t) => Ok(json_response(StatusCode::OK, t.response(&bytes)?)),
+    }
+}
+
+/// An upstream 4xx/5xx in the client's dialect, with the upstream's status. On the native route a
+/// well-formed upstream error body is already in the client's dialect and is passed on unchanged.
+fn upstream_error(status: StatusCode, body: &Bytes, native: bool) -> Result<GwResponse, GwError> {
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        message: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Outer {
+        error: Option<Inner>,
+    }
+    let parsed: Option<Outer> = serde_json::from_slice(body).ok();
+    let msg = parsed.as_ref().and_then(|o| o.error.as_ref());
+    if native && msg.is_some() {
+        return Ok(json_response(status, body.clone()));
+    }
+    let message = msg
+        .and_then(|m| m.message.clone())
+        .unwrap_or_else(|| format!("upstream returned status {}", status.as_u16()));
+    Err(GwError::new(status, message))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}

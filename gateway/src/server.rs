@@ -1,0 +1,228 @@
+//! Workers, accept loops and routing.
+//!
+//! Each worker is an OS thread with its own current-thread runtime, its own `SO_REUSEPORT`
+//! listener (the kernel spreads connections across them) and its own upstream connection pool, so
+//! the request path never touches a lock or a cache line another worker writes. Connection tasks are
+//! `spawn_local`ed, which lets per-worker state be `Rc`/`RefCell` instead of atomics.
+
+use std::cell::{Cell, RefCell};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::sync::watch;
+
+use crate::body::{json_response, GwBody, GwResponse, UpBody};
+use crate::config::{Config, Snapshot};
+use crate::error::{Dialect, GwError};
+use crate::proxy;
+use crate::shutdown;
+
+pub type UpstreamClient = Client<HttpConnector, UpBody>;
+
+/// Per-worker state; never shared with another thread.
+pub struct Worker {
+    pub client: UpstreamClient,
+    snapshot: RefCell<Arc<Snapshot>>,
+    draining: Cell<bool>,
+}
+
+impl Worker {
+    /// The configuration a request runs against, taken once at its start so that a reload in the
+    /// middle of a request cannot mix two configurations.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+}
+
+fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    sock.set_nodelay(true)?;
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())
+        .with_context(|| format!("cannot bind {addr}"))?;
+    sock.listen(1024)?;
+    Ok(sock.into())
+}
+
+pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
+    let listen = config.listen.clone();
+    // Bind every listener before announcing: a port-0 address is resolved by the first bind and
+    // the others join it, so all workers share one port.
+    let first = bind(listen.addr)?;
+    let addr = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..listen.workers {
+        listeners.push(bind(addr)?);
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (cfg_tx, cfg_rx) = watch::channel(Arc::new(config.snapshot));
+    let mut handles = Vec::with_capacity(listeners.len());
+    for (i, l) in listeners.into_iter().enumerate() {
+        let stop = stop_rx.clone();
+        let cfg = cfg_rx.clone();
+        let drain = listen.drain_timeout;
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("gw-worker-{i}"))
+                .spawn(move || worker(l, stop, cfg, drain))?,
+        );
+    }
+    eprintln!("listening on {addr}");
+
+    shutdown::wait(&cfg_tx, &config_path)?;
+    let _ = stop_tx.send(true);
+    let mut failed = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failed = Some(e),
+            Err(_) => failed = Some(anyhow::anyhow!("a worker panicked")),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn worker(
+    listener: std::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+    mut cfg: watch::Receiver<Arc<Snapshot>>,
+    drain: Duration,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        let w = Rc::new(Worker {
+            client,
+            snapshot: RefCell::new(cfg.borrow_and_update().clone()),
+            draining: Cell::new(false),
+        });
+
+        // Config reloads arrive here; the request path only reads the worker-local copy.
+        let wr = w.clone();
+        tokio::task::spawn_local(async move {
+            while cfg.changed().await.is_ok() {
+                let s = cfg.borrow_and_update().clone();
+                *wr.snapshot.borrow_mut() = s;
+            }
+        });
+
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.keep_alive(true)
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        let w = w.clone();
+                        let svc = hyper::service::service_fn(move |req| {
+                            let w = w.clone();
+                            async move { Ok::<_, Infallible>(route(w, req).await) }
+                        });
+                        let conn = http.serve_connection(TokioIo::new(stream), svc);
+                        let fut = graceful.watch(conn);
+                        tokio::task::spawn_local(async move {
+                            let _ = fut.await;
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        eprintln!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                },
+                _ = stop.changed() => break,
+            }
+        }
+        w.draining.set(true);
+        drop(listener);
+        if tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            eprintln!("drain timeout: closing remaining connections");
+        }
+        anyhow::Ok(())
+    })
+}
+
+async fn route(w: Rc<Worker>, req: Request<Incoming>) -> GwResponse {
+    let path = req.uri().path();
+    match (req.method(), path) {
+        (&Method::POST, "/v1/chat/completions") => proxy::handle(&w, Dialect::Chat, req).await,
+        (&Method::POST, "/v1/messages") => proxy::handle(&w, Dialect::Messages, req).await,
+        (&Method::POST, "/v1/responses") => proxy::handle(&w, Dialect::Responses, req).await,
+        (&Method::GET, "/v1/models") => {
+            json_response(StatusCode::OK, w.snapshot().models_body.clone())
+        }
+        (&Method::GET, "/livez") => text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            if w.draining.get() {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            } else {
+                text(StatusCode::OK, "ready\n")
+            }
+        }
+        (_, p) => {
+            let dialect = if p.starts_with("/v1/messages") {
+                Dialect::Messages
+            } else {
+                Dialect::Chat
+            };
+            let known = matches!(
+                p,
+                "/v1/chat/completions"
+                    | "/v1/messages"
+                    | "/v1/responses"
+                    | "/v1/models"
+                    | "/livez"
+                    | "/readyz"
+            );
+            if known {
+                GwError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed").response(dialect)
+            } else {
+                GwError::new(StatusCode::NOT_FOUND, format!("no route for {p}")).response(dialect)
+            }
+        }
+    }
+}
+
+fn text(status: StatusCode, s: &'static str) -> GwResponse {
+    let mut r = http::Response::new(GwBody::full(Bytes::from_static(s.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain"),
+    );
+    r
+}

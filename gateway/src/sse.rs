@@ -1,0 +1,179 @@
+//! Server-sent-event framing: split an upstream byte stream into events, whatever the network
+//! chunking was, and write events back out. Only framing lives here; what an event means is up to
+//! the dialect code.
+
+use bytes::{Bytes, BytesMut};
+
+/// One upstream event. `data` borrows from the received bytes when the event has a single
+/// `data:` line, which is the case for every provider we talk to.
+#[derive(Debug)]
+pub struct SseEvent {
+    pub event: Bytes,
+    pub data: Bytes,
+}
+
+impl SseEvent {
+    pub fn is_done_marker(&self) -> bool {
+        &self.data[..] == b"[DONE]"
+    }
+}
+
+#[derive(Default)]
+pub struct SseSplitter {
+    buf: BytesMut,
+    /// How far the buffer was already searched for an event boundary.
+    scanned: usize,
+}
+
+impl SseSplitter {
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete event, if the buffer holds one. Comment-only and empty events are skipped.
+    pub fn next_event(&mut self) -> Option<SseEvent> {
+        loop {
+            let (end, sep) = self.find_boundary()?;
+            let raw = self.buf.split_to(end + sep).freeze();
+            self.scanned = 0;
+            if let Some(ev) = parse_event(raw.slice(..end)) {
+                return Some(ev);
+            }
+        }
+    }
+
+    /// Whatever is left when the upstream closes (an event without its final blank line).
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
+            return None;
+        }
+        let raw = self.buf.split().freeze();
+        parse_event(raw)
+    }
+
+    fn find_boundary(&mut self) -> Option<(usize, usize)> {
+        // Boundaries are "\n\n", "\r\n\r\n" or "\r\r"; look for the first blank line.
+        let from = self.scanned.saturating_sub(3);
+        let b = &self.buf[..];
+        let mut i = from;
+        while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
+            let p = i + off;
+            let rest = &b[p..];
+            if rest.starts_with(b"\n\n") {
+                return Some((p, 2));
+            }
+            if rest.starts_with(b"\r\n\r\n") {
+                return Some((p, 4));
+            }
+            if rest.starts_with(b"\n\r\n") {
+                return Some((p, 3));
+            }
+            if rest.starts_with(b"\r\r") {
+                return Some((p, 2));
+            }
+            i = p + 1;
+        }
+        self.scanned = b.len();
+        None
+    }
+}
+
+fn parse_event(raw: Bytes) -> Option<SseEvent> {
+    let mut event = Bytes::new();
+    let mut data: Option<Bytes> = None;
+    let mut extra: Option<Vec<u8>> = None;
+    let mut pos = 0;
+    while pos < raw.len() {
+        let line_end = memchr::memchr2(b'\n', b'\r', &raw[pos..])
+            .map(|o| pos + o)
+            .unwrap_or(raw.len());
+        let line = raw.slice(pos..line_end);
+        pos = line_end + 1;
+        if pos < raw.len() && raw[line_end] == b'\r' && raw[pos] == b'\n' {
+            pos += 1;
+        }
+        if line.is_empty() || line[0] == b':' {
+            continue;
+        }
+        let (field, value) = match memchr::memchr(b':', &line) {
+            Some(c) => {
+                let v = if line.get(c + 1) == Some(&b' ') {
+                    c + 2
+                } else {
+                    c + 1
+                };
+                (line.slice(..c), line.slice(v..))
+            }
+            None => (line.clone(), Bytes::new()),
+        };
+        match &field[..] {
+            b"event" => event = value,
+            b"data" => match (&mut data, &mut extra) {
+                (None, _) => data = Some(value),
+                (Some(first), None) => {
+                    let mut v = first.to_vec();
+                    v.push(b'\n');
+                    v.extend_from_slice(&value);
+                    extra = Some(v);
+                }
+                (Some(_), Some(v)) => {
+                    v.push(b'\n');
+                    v.extend_from_slice(&value);
+                }
+            },
+            _ => {}
+        }
+    }
+    let data = match extra {
+        Some(v) => Bytes::from(v),
+        None => data?,
+    };
+    Some(SseEvent { event, data })
+}
+
+/// Appends `event: NAME\ndata: JSON\n\n`.
+pub fn write_event(out: &mut BytesMut, name: &str, data: &[u8]) {
+    out.reserve(name.len() + data.len() + 16);
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// Appends `data: JSON\n\n` (chat completions frames carry no event name).
+pub fn write_data(out: &mut BytesMut, data: &[u8]) {
+    out.reserve(data.len() + 8);
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_across_chunks() {
+        let mut s = SseSplitter::default();
+        s.push(b"event: a\ndata: {\"x\"");
+        assert!(s.next_event().is_none());
+        s.push(b":1}\n");
+        assert!(s.next_event().is_none());
+        s.push(b"\ndata: [DONE]\r\n\r\n: comment\n\n");
+        let e = s.next_event().unwrap();
+        assert_eq!(&e.event[..], b"a");
+        assert_eq!(&e.data[..], b"{\"x\":1}");
+        let e = s.next_event().unwrap();
+        assert!(e.is_done_marker());
+        assert!(s.next_event().is_none());
+        assert!(s.finish().is_none());
+    }
+
+    #[test]
+    fn joins_multiline_data() {
+        let mut s = SseSplitter::default();
+        s.push(b"data: a\ndata: b\n\n");
+        assert_eq!(&s.next_event().unwrap().data[..], b"a\nb");
+    }
+}
