@@ -1,0 +1,244 @@
+{
+  description = "LLM gateway: PGO- and BOLT-optimized release builds, trained inside the Nix sandbox";
+
+  # The project's binary cache. PLACEHOLDER: the URL and the key below are marked REPLACE-ME and
+  # must be replaced by the real cache (and its real public key) before anyone is asked to accept
+  # this configuration. The key is well-formed but its secret half was never kept.
+  nixConfig = {
+    extra-substituters = [ "https://llm-gateway-REPLACE-ME.cachix.org" ];
+    extra-trusted-public-keys = [
+      "llm-gateway-REPLACE-ME.cachix.org-1:3Vo635WrKEjqVb++RLC7fuTftfV3qGF6VaclG/UpW8A="
+    ];
+  };
+
+  inputs = {
+    # Pinned in flake.lock to the revisions crane's own test/flake.lock is tested with (nixpkgs),
+    # and to the last fenix revision whose `stable` is rustc 1.95.0 (docs/flake.md).
+    nixpkgs.url = "github:NixOS/nixpkgs/nixpkgs-unstable";
+    crane.url = "github:ipetkov/crane";
+    fenix = {
+      url = "github:nix-community/fenix";
+      inputs.nixpkgs.follows = "nixpkgs";
+    };
+  };
+
+  outputs =
+    {
+      self,
+      nixpkgs,
+      crane,
+      fenix,
+      ...
+    }:
+    let
+      systems = [
+        "x86_64-linux"
+        "aarch64-linux"
+      ];
+
+      forSystems =
+        f:
+        builtins.listToAttrs (
+          map (system: {
+            name = system;
+            value = f system;
+          }) systems
+        );
+
+      # Everything for one system: the provider, the stage chain, and what is built from it.
+      perSystem =
+        system:
+        let
+          pkgs = nixpkgs.legacyPackages.${system};
+
+          toolchain = import ./nix/toolchains/nixpkgs.nix {
+            inherit
+              pkgs
+              crane
+              fenix
+              system
+              ;
+            src = ./.;
+          };
+          inherit (toolchain.extras) craneLib checkArgs;
+
+          shapes = builtins.path {
+            name = "shapes";
+            path = ./shapes;
+          };
+
+          pipeline = import ./nix/pipeline.nix { inherit toolchain shapes; };
+
+          inherit (pipeline) gateway-pgo-bolt trainer;
+
+          # The released image: the PGO+BOLT gateway (its proof marker rides along in the closure),
+          # run as nobody with the config mounted at /etc/gateway/config.json.
+          gateway-oci = pkgs.dockerTools.buildLayeredImage {
+            name = "llm-gateway";
+            tag = "pgo-bolt";
+            config = {
+              Entrypoint = [ "${gateway-pgo-bolt}/bin/gateway" ];
+              Cmd = [
+                "--config"
+                "/etc/gateway/config.json"
+              ];
+              User = "65534:65534";
+              ExposedPorts = {
+                "8080/tcp" = { };
+              };
+              Labels = {
+                "org.opencontainers.image.title" = "llm-gateway";
+                "org.opencontainers.image.description" = "PGO+BOLT gateway; proof marker at ${gateway-pgo-bolt}/share/gateway/proof.json";
+              };
+            };
+          };
+
+          packages = {
+            inherit (pipeline)
+              gateway
+              gateway-instrumented
+              gateway-profile
+              gateway-pgo
+              gateway-pgo-bolt
+              trainer
+              ;
+            inherit gateway-oci;
+            default = gateway-pgo-bolt;
+          };
+
+          # Dependencies of the workspace for test and clippy (host build, dev profile, dev-deps).
+          checkDeps = craneLib.buildDepsOnly checkArgs;
+
+          checks = {
+            tests = craneLib.cargoNextest (
+              checkArgs
+              // {
+                cargoArtifacts = checkDeps;
+                partitions = 1;
+                partitionType = "count";
+                cargoNextestPartitionsExtraArgs = "--no-tests=pass";
+              }
+            );
+
+            clippy = craneLib.cargoClippy (
+              checkArgs
+              // {
+                cargoArtifacts = checkDeps;
+                cargoClippyExtraArgs = "--all-targets -- --deny warnings";
+              }
+            );
+
+            rustfmt = craneLib.cargoFmt {
+              inherit (checkArgs) pname version src;
+            };
+
+            # Fails unless the released artifact carries a marker that `trainer verify-proof` accepts.
+            proof = toolchain.runStage {
+              name = "gateway-proof";
+              script = ''
+                marker=${gateway-pgo-bolt}/share/gateway/proof.json
+                [ -s "$marker" ] || fail "no proof marker at $marker"
+                ${trainer}/bin/trainer verify-proof "$marker" || fail "trainer verify-proof rejected $marker"
+                mkdir -p "$out"
+                cp "$marker" "$out/proof.json"
+              '';
+            };
+
+            # The trainer's holdout gate: plain vs PGO+BOLT on the shape training never saw. Timing
+            # needs a quiet machine: only builders declaring the `benchmark` feature take it.
+            holdout =
+              pipeline.holdout or (toolchain.runStage {
+                name = "gateway-holdout";
+                env.requiredSystemFeatures = [ "benchmark" ];
+                script = ''
+                  mkdir -p "$out"
+                  ${trainer}/bin/trainer holdout \
+                    --plain ${pipeline.gateway}/bin/gateway \
+                    --optimized ${gateway-pgo-bolt}/bin/gateway \
+                    --shapes ${shapes} \
+                    | tee "$out/holdout.txt" \
+                    || fail "the holdout gate failed"
+                '';
+              });
+          };
+
+          # llvm-profdata lives in lib/rustlib/<triple>/bin of the llvm-tools component; put it on
+          # PATH for the shell under its own name.
+          llvmProfdataBin = pkgs.runCommand "llvm-profdata-rust" { } ''
+            mkdir -p "$out/bin"
+            ln -s ${toolchain.tools.llvmProfdata} "$out/bin/llvm-profdata"
+          '';
+
+          devShell = craneLib.devShell {
+            packages = [
+              llvmProfdataBin
+              toolchain.extras.bolt
+              trainer
+              pkgs.cargo-nextest
+            ];
+            LLVM_PROFDATA = toolchain.tools.llvmProfdata;
+            LLVM_BOLT = toolchain.tools.llvmBolt;
+            BOLT_RUNTIME_LIB = toolchain.tools.boltRuntimeLib;
+          };
+
+          apps = {
+            gateway = {
+              type = "app";
+              program = "${gateway-pgo-bolt}/bin/gateway";
+              meta.description = "The PGO+BOLT gateway";
+            };
+            trainer = {
+              type = "app";
+              program = "${trainer}/bin/trainer";
+              meta.description = "Mock upstream, training driver, proof and holdout tools";
+            };
+          };
+          apps' = apps // {
+            default = apps.gateway;
+          };
+        in
+        {
+          inherit
+            pkgs
+            toolchain
+            pipeline
+            packages
+            checks
+            devShell
+            ;
+          apps = apps';
+        };
+
+      all = forSystems perSystem;
+      per = attr: builtins.mapAttrs (_: s: s.${attr}) all;
+    in
+    {
+      packages = per "packages";
+      checks = per "checks";
+      apps = per "apps";
+      devShells = builtins.mapAttrs (_: s: { default = s.devShell; }) all;
+      formatter = builtins.mapAttrs (_: s: s.pkgs.nixfmt-tree) all;
+
+      # Every stage (gateway-training, gateway-bolt-training, ...) and the provider, per system:
+      # `nix build .#pipeline.gateway-training`, `nix build .#pipeline.versions`.
+      legacyPackages = builtins.mapAttrs (_: s: {
+        inherit (s) pipeline;
+        toolchain-versions = s.toolchain.versions;
+      }) all;
+
+      # Hydra: one job per package and check per system (`packages.aarch64-linux.gateway-pgo-bolt`).
+      hydraJobs = {
+        packages = per "packages";
+        checks = per "checks";
+      };
+
+      nixosModules.default =
+        { pkgs, lib, ... }:
+        {
+          imports = [ ./nix/nixos-module.nix ];
+          services.llm-gateway.package =
+            lib.mkDefault
+              (per "packages").${pkgs.stdenv.hostPlatform.system}.gateway-pgo-bolt;
+        };
+    };
+}

@@ -1,0 +1,236 @@
+# The nixpkgs toolchain provider (nix/README.md's interface) for the flake:
+#
+#   Rust      fenix `stable` of the pinned fenix revision (rustc 1.95.0, LLVM 22), components
+#             cargo, rustc, rust-std, llvm-tools, clippy, rustfmt
+#   builds    crane: one `buildDepsOnly` per distinct RUSTFLAGS, reused by a `buildPackage` with the
+#             very same RUSTFLAGS, `--target`, linker and cargo arguments
+#   profdata  `llvm-profdata` of fenix's llvm-tools component: the LLVM rustc itself was built with
+#   BOLT      nixpkgs `llvmPackages_22.bolt` (llvm-bolt, merge-fdata, libbolt_rt_instr.a)
+#   stages    `pkgs.runCommand` (stdenvNoCC: bash, coreutils, grep, sed, findutils on PATH)
+#
+# The linker, decided once for every stage and both systems: the nixpkgs cc wrapper driving GNU ld
+# through the nixpkgs ld-wrapper (`${stdenv.cc}/bin/cc`).
+#   - rustc >= 1.90 links x86_64-unknown-linux-gnu with its bundled rust-lld (`cc -fuse-ld=lld
+#     -B .../gcc-ld`), which bypasses the ld-wrapper (no NIX_LDFLAGS, no RUNPATH injection; see
+#     nix-community/fenix#159). aarch64-unknown-linux-gnu links with `cc` (GNU ld) by default. So on
+#     x86_64 every stage adds `-Clinker-features=-lld` (stable on that target since 1.90, and only
+#     there: on aarch64 the flag is an error without -Zunstable-options, and not needed).
+#   - One linker for instrumented, PGO and plain builds keeps layout differences down to the profile,
+#     and `--emit-relocs` (what BOLT needs) is GNU ld's own, long-standing option.
+#   - The `versions` derivation links a probe with exactly these settings and fails, naming the
+#     stage `toolchain`, when the result was linked by LLD (LLD stamps "Linker: LLD" into .comment),
+#     lacks .rela.text under `--emit-relocs`, or has an interpreter other than nixpkgs' glibc.
+# Build scripts and proc macros (host artifacts) are not affected by RUSTFLAGS when `--target` is
+# given, so they keep rustc's default linker; they are never shipped or profiled.
+{
+  pkgs,
+  # The crane flake input (provides `mkLib`).
+  crane,
+  # The fenix flake input (provides `packages.<system>.stable`).
+  fenix,
+  # The repository root; cleaned to the Cargo sources here.
+  src,
+  system ? pkgs.stdenv.hostPlatform.system,
+  # LLVM major of the pinned rustc (1.95.0: LLVM 22.1.2); also picks `llvmPackages_<major>`.
+  llvmMajor ? "22",
+  # Workspace version (Cargo.toml [workspace.package]); crane needs one for derivation names.
+  version ? "0.1.0",
+}:
+let
+  target =
+    {
+      x86_64-linux = "x86_64-unknown-linux-gnu";
+      aarch64-linux = "aarch64-unknown-linux-gnu";
+    }
+    .${system} or (throw "nix/toolchains/nixpkgs.nix: unsupported system ${system}");
+
+  # Shell-style name of the target for cargo's environment variables.
+  targetEnv = builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper target);
+
+  channel = fenix.packages.${system}.stable;
+
+  rustToolchain = channel.withComponents [
+    "cargo"
+    "rustc"
+    "rust-std"
+    "llvm-tools"
+    "clippy"
+    "rustfmt"
+  ];
+
+  craneLib = (crane.mkLib pkgs).overrideToolchain rustToolchain;
+
+  cargoSrc = craneLib.cleanCargoSource src;
+
+  llvmPackages = pkgs."llvmPackages_${llvmMajor}";
+  bolt = llvmPackages.bolt;
+
+  cc = pkgs.stdenv.cc;
+
+  # The linker settings every build carries (see the header).
+  linkerRustflags = if target == "x86_64-unknown-linux-gnu" then "-Clinker-features=-lld" else "";
+  linkerEnv = {
+    "CARGO_TARGET_${targetEnv}_LINKER" = "${cc}/bin/cc";
+  };
+
+  joinFlags = a: b: if a == "" then b else if b == "" then a else "${a} ${b}";
+
+  tools = {
+    # rustup's llvm-tools layout: lib/rustlib/<host triple>/bin.
+    llvmProfdata = "${channel.llvm-tools}/lib/rustlib/${target}/bin/llvm-profdata";
+    llvmBolt = "${bolt}/bin/llvm-bolt";
+    mergeFdata = "${bolt}/bin/merge-fdata";
+    readelf = "${pkgs.lib.getBin llvmPackages.llvm}/bin/llvm-readelf";
+    boltRuntimeLib = "${bolt}/lib/libbolt_rt_instr.a";
+  };
+
+  # Shared prologue of every stage: strict bash and a `fail` that names the stage.
+  prologue = name: ''
+    set -euo pipefail
+    stage=${name}
+    fail() { echo "error: stage $stage: $*" >&2; exit 1; }
+  '';
+
+  runStage =
+    {
+      name,
+      script,
+      env ? { },
+    }:
+    pkgs.runCommand name env (prologue name + script);
+
+  # Arguments shared, verbatim, by a package build and its dependency build: the same RUSTFLAGS,
+  # target, linker and cargo arguments, so cargo's fingerprints match and the package build reuses
+  # every dependency artifact instead of rebuilding it with other flags.
+  cargoArgs =
+    {
+      pname,
+      package,
+      rustflags,
+    }:
+    {
+      inherit pname version;
+      src = cargoSrc;
+      strictDeps = true;
+      cargoExtraArgs = "--locked --target ${target} -p ${package}";
+      # PGO stages must not run tests: the instrumented binary would profile the test run.
+      doCheck = false;
+      # The binaries go to the next stage exactly as the linker wrote them: no strip (keeps the
+      # symbols BOLT needs), no patchelf rewrite of a binary BOLT will rewrite.
+      dontStrip = true;
+      dontPatchELF = true;
+      env = linkerEnv // {
+        RUSTFLAGS = joinFlags rustflags linkerRustflags;
+      };
+    };
+
+  buildPackage =
+    {
+      pname,
+      package,
+      rustflags,
+    }:
+    let
+      args = cargoArgs { inherit pname package rustflags; };
+      deps = craneLib.buildDepsOnly args;
+    in
+    craneLib.buildPackage (
+      args
+      // {
+        cargoArtifacts = deps;
+        passthru = {
+          inherit deps rustflags package;
+        };
+      }
+    );
+
+  # A probe linked exactly like the stages (same RUSTFLAGS linker part, same linker variable, same
+  # `--target`), plus `--emit-relocs` as the PGO stage links.
+  probeSource = pkgs.writeText "linker-probe.rs" ''
+    fn main() {
+        println!("linker probe");
+    }
+  '';
+
+  versions = pkgs.runCommandCC "toolchain-versions" linkerEnv (
+    prologue "toolchain"
+    + ''
+      rustc=${rustToolchain}/bin/rustc
+      for tool in "$rustc" ${tools.llvmProfdata} ${tools.llvmBolt} ${tools.mergeFdata} ${tools.readelf}; do
+        [ -x "$tool" ] || fail "$tool is not an executable"
+      done
+      rustc_line=$("$rustc" -V)
+      rustc_llvm=$("$rustc" -vV | sed -n 's/^LLVM version: //p')
+      [ -n "$rustc_llvm" ] || fail "cannot read rustc's LLVM version"
+      [ "''${rustc_llvm%%.*}" = "${llvmMajor}" ] \
+        || fail "rustc uses LLVM $rustc_llvm but this provider pins llvmPackages_${llvmMajor}"
+      profdata_llvm=$(${tools.llvmProfdata} merge --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
+      bolt_llvm=$(${tools.llvmBolt} --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
+      [ -n "$profdata_llvm" ] || fail "cannot read the LLVM version of ${tools.llvmProfdata}"
+      [ -n "$bolt_llvm" ] || fail "cannot read the LLVM version of ${tools.llvmBolt}"
+      if [ "''${profdata_llvm%%.*}" != "''${rustc_llvm%%.*}" ]; then
+        fail "${tools.llvmProfdata} is LLVM $profdata_llvm but rustc uses LLVM $rustc_llvm: its profdata would not match rustc's profraw format"
+      fi
+      if [ "''${bolt_llvm%%.*}" -lt 19 ]; then
+        fail "${tools.llvmBolt} is LLVM $bolt_llvm; BOLT 19 or newer is required"
+      fi
+
+      # The linker every stage uses (see nix/toolchains/nixpkgs.nix).
+      export HOME="$TMPDIR"
+      "$rustc" --edition 2021 -O --target ${target} \
+        ${joinFlags "-Clink-args=-Wl,--emit-relocs" linkerRustflags} \
+        -Clinker="$CARGO_TARGET_${targetEnv}_LINKER" \
+        ${probeSource} -o probe || fail "cannot link the linker probe"
+      ${tools.readelf} -p .comment probe > comment.txt || fail "cannot read .comment of the probe"
+      if grep -q 'Linker: LLD' comment.txt; then
+        fail "the probe was linked by LLD, not by GNU ld through the nixpkgs cc wrapper: $(cat comment.txt)"
+      fi
+      ${tools.readelf} -S -W probe | grep -q ' \.rela\.text ' \
+        || fail "GNU ld did not keep .rela.text under --emit-relocs"
+      interp=$(${tools.readelf} -l -W probe | sed -n 's/.*Requesting program interpreter: \(.*\)\]/\1/p')
+      [ "$interp" = "${cc.bintools.dynamicLinker}" ] \
+        || fail "the probe's interpreter is '$interp', not nixpkgs' ${cc.bintools.dynamicLinker}"
+      ./probe | grep -q 'linker probe' || fail "the linker probe does not run"
+
+      mkdir -p "$out"
+      printf '{"rustc":"%s","rustc_llvm":"%s","llvm_profdata":"%s","llvm_bolt":"%s","provider":"nixpkgs-fenix"}\n' \
+        "$rustc_line" "$rustc_llvm" "$profdata_llvm" "$bolt_llvm" > "$out/versions.json"
+      printf 'GNU ld via %s (RUSTFLAGS linker part: "%s"); interpreter %s\n' \
+        "$CARGO_TARGET_${targetEnv}_LINKER" "${linkerRustflags}" "$interp" > "$out/linker.txt"
+      cat "$out/versions.json" "$out/linker.txt"
+    ''
+  );
+in
+{
+  name = "nixpkgs-fenix";
+  inherit
+    system
+    target
+    runStage
+    buildPackage
+    tools
+    versions
+    ;
+
+  # Not part of the provider interface: what the flake needs for checks, shells and images.
+  extras = {
+    inherit
+      craneLib
+      cargoSrc
+      rustToolchain
+      bolt
+      linkerEnv
+      linkerRustflags
+      ;
+    # Arguments for the test, clippy and rustfmt checks (host build, no PGO flags).
+    checkArgs = {
+      pname = "gateway-workspace";
+      inherit version;
+      src = cargoSrc;
+      strictDeps = true;
+      env = linkerEnv // {
+        RUSTFLAGS = linkerRustflags;
+      };
+    };
+  };
+}
