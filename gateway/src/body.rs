@@ -120,12 +120,6 @@ impl SseBody {
         }
     }
 
-    /// Text already produced before the upstream body is polled (e.g. a synthesized preamble).
-    pub fn with_prefix(mut self, prefix: &[u8]) -> Self {
-        self.out.extend_from_slice(prefix);
-        self
-    }
-
     fn fail(&mut self, err: GwError) {
         self.transform.on_error(&err, &mut self.out);
         self.upstream_done = true;

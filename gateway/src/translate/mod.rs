@@ -1,30 +1,352 @@
-//! Translation between dialects, for routes where the client's dialect is not the provider's.
+//! Translation between dialects, for routes where the client's dialect is not one the provider
+//! speaks. Every dialect is decoded into one neutral form and encoded out of it, so n dialects
+//! need n decoders and n encoders rather than n² pairwise translators:
+//!
+//! - requests: chat | messages | responses → [`Request`] → chat | messages
+//! - responses: chat | messages → [`Response`] → chat | messages | responses
+//! - streams: chat | messages events → [`Event`]s → chat | messages | responses SSE
+//!
+//! The neutral form keeps what the three dialects share: system text, turns of text, tool calls
+//! and tool results, tool definitions and choice, sampling limits, stop reasons and usage.
+//! Anything else in a request (images, provider-specific options) is dropped, not guessed at.
 
-use bytes::Bytes;
+pub mod chat;
+pub mod messages;
+pub mod responses;
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value;
 
 use crate::body::StreamTransform;
 use crate::config::Route;
 use crate::error::{Dialect, GwError};
+use crate::sse::SseEvent;
 
-pub struct Translation {}
+#[derive(Debug, Default)]
+pub struct Request {
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<ToolChoice>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    /// Chat clients only: whether they asked for the final usage chunk.
+    pub include_usage: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug)]
+pub struct Message {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug)]
+pub enum Part {
+    Text(String),
+    /// `arguments` is the JSON text of the arguments object.
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolResult {
+        id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+#[derive(Debug)]
+pub struct Tool {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Value,
+}
+
+#[derive(Debug)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Named(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    End,
+    MaxTokens,
+    ToolUse,
+    StopSequence,
+    ContentFilter,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub id: String,
+    pub content: Vec<OutPart>,
+    pub stop: StopReason,
+    pub usage: Usage,
+}
+
+#[derive(Debug)]
+pub enum OutPart {
+    Text(String),
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// One step of an upstream stream, in neutral form.
+#[derive(Debug)]
+pub enum Event {
+    Start {
+        id: String,
+        input_tokens: Option<u64>,
+    },
+    Text(String),
+    /// A new tool call; `index` is the upstream's index for it, which later argument deltas
+    /// refer to.
+    ToolStart {
+        index: u64,
+        id: String,
+        name: String,
+    },
+    ToolArgs {
+        index: u64,
+        delta: String,
+    },
+    Stop(StopReason),
+    Usage {
+        input: Option<u64>,
+        output: Option<u64>,
+    },
+    /// The upstream's terminal frame.
+    Done,
+}
+
+/// Emits client-dialect SSE for neutral events.
+pub trait Encoder: Send {
+    fn event(&mut self, ev: Event, out: &mut BytesMut);
+    fn error(&mut self, err: &GwError, out: &mut BytesMut);
+}
+
+/// Parses upstream SSE events into neutral events.
+pub trait Decoder: Send {
+    fn event(&mut self, ev: &SseEvent, sink: &mut dyn FnMut(Event)) -> Result<(), GwError>;
+}
+
+/// What the response side of a translated exchange needs to remember from the request.
+pub struct Translation {
+    pub client: Dialect,
+    pub upstream: Dialect,
+    pub route: Arc<Route>,
+    pub include_usage: bool,
+}
 
 impl Translation {
-    pub fn stream(self) -> Box<dyn StreamTransform> {
-        unimplemented!()
+    pub fn response(&self, upstream: &[u8]) -> Result<Bytes, GwError> {
+        let resp = match self.upstream {
+            Dialect::Chat => chat::decode_response(upstream)?,
+            Dialect::Messages => messages::decode_response(upstream)?,
+            Dialect::Responses => {
+                return Err(GwError::bad_upstream(
+                    "responses upstreams are only used natively",
+                ))
+            }
+        };
+        let alias = &self.route.alias;
+        let v = match self.client {
+            Dialect::Chat => chat::encode_response(&resp, alias),
+            Dialect::Messages => messages::encode_response(&resp, alias),
+            Dialect::Responses => responses::encode_response(&resp, alias),
+        };
+        Ok(Bytes::from(
+            serde_json::to_vec(&v).expect("serializing a Value cannot fail"),
+        ))
     }
-    pub fn response(self, _upstream: &[u8]) -> Result<Bytes, GwError> {
-        unimplemented!()
+
+    pub fn stream(self) -> Box<dyn StreamTransform> {
+        let decoder: Box<dyn Decoder> = match self.upstream {
+            Dialect::Messages => Box::<messages::StreamDecoder>::default(),
+            _ => Box::<chat::StreamDecoder>::default(),
+        };
+        let alias = self.route.alias.clone();
+        let encoder: Box<dyn Encoder> = match self.client {
+            Dialect::Chat => Box::new(chat::StreamEncoder::new(alias, self.include_usage)),
+            Dialect::Messages => Box::new(messages::StreamEncoder::new(alias)),
+            Dialect::Responses => Box::new(responses::StreamEncoder::new(alias)),
+        };
+        Box::new(Translate {
+            decoder,
+            encoder,
+            done: false,
+        })
     }
 }
 
+struct Translate {
+    decoder: Box<dyn Decoder>,
+    encoder: Box<dyn Encoder>,
+    done: bool,
+}
+
+impl StreamTransform for Translate {
+    fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
+        if self.done {
+            return Ok(());
+        }
+        let enc = &mut self.encoder;
+        let done = &mut self.done;
+        self.decoder.event(ev, &mut |e| {
+            if matches!(e, Event::Done) {
+                *done = true;
+            }
+            enc.event(e, out)
+        })
+    }
+
+    fn on_end(&mut self, _out: &mut BytesMut) -> Result<(), GwError> {
+        if self.done {
+            Ok(())
+        } else {
+            Err(GwError::bad_upstream(
+                "upstream closed the stream before its final event",
+            ))
+        }
+    }
+
+    fn on_error(&mut self, err: &GwError, out: &mut BytesMut) {
+        self.encoder.error(err, out);
+    }
+}
+
+/// Decodes the client's request and encodes it for the upstream.
 pub fn request(
-    _client: Dialect,
-    _upstream: Dialect,
-    _body: &[u8],
-    _route: &Route,
+    client: Dialect,
+    upstream: Dialect,
+    body: &[u8],
+    route: &Arc<Route>,
 ) -> Result<(Bytes, Translation), GwError> {
-    Err(GwError::new(
-        http::StatusCode::NOT_IMPLEMENTED,
-        "translation not implemented yet",
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| GwError::bad_request(format!("invalid JSON body: {e}")))?;
+    let req = match client {
+        Dialect::Chat => chat::decode_request(&v)?,
+        Dialect::Messages => messages::decode_request(&v)?,
+        Dialect::Responses => responses::decode_request(&v)?,
+    };
+    let out = match upstream {
+        Dialect::Chat => chat::encode_request(&req, &route.upstream_model),
+        Dialect::Messages => messages::encode_request(&req, &route.upstream_model),
+        Dialect::Responses => {
+            return Err(GwError::new(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "no translation into the responses dialect",
+            ))
+        }
+    };
+    let bytes = Bytes::from(serde_json::to_vec(&out).expect("serializing a Value cannot fail"));
+    Ok((
+        bytes,
+        Translation {
+            client,
+            upstream,
+            route: route.clone(),
+            include_usage: req.include_usage,
+        },
     ))
+}
+
+// Small helpers shared by the dialect modules.
+
+pub(crate) fn bad(msg: impl Into<String>) -> GwError {
+    GwError::bad_request(msg)
+}
+
+/// Text of a content value that is either a string or an array of `{type, text}` parts.
+pub(crate) fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => {
+            let mut s = String::new();
+            for p in parts {
+                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    s.push_str(t);
+                }
+            }
+            s
+        }
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn opt_str(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A fresh id with the dialect's prefix. Ids only need to be unique enough for clients to tell
+/// objects apart; a per-thread counter mixed with the time is plenty and costs no syscall.
+pub(crate) fn new_id(prefix: &str) -> String {
+    use std::cell::Cell;
+    thread_local! {
+        static NEXT: Cell<u64> = const { Cell::new(0) };
+    }
+    let n = NEXT.with(|c| {
+        let v = c.get().wrapping_add(1);
+        c.set(v);
+        v
+    });
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    format!("{prefix}{:016x}{:08x}", t, n as u32)
+}
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Parses the arguments JSON text for dialects that carry arguments as an object.
+pub(crate) fn args_value(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::Object(Default::default()))
+}
+
+/// Upstream error event inside a stream → the gateway's error, keeping the upstream's message.
+pub(crate) fn upstream_stream_error(data: &[u8]) -> GwError {
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let msg = v
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .or_else(|| v.get("message").and_then(Value::as_str))
+        .unwrap_or("upstream reported an error mid-stream");
+    GwError::new(
+        http::StatusCode::BAD_GATEWAY,
+        format!("upstream error: {msg}"),
+    )
 }

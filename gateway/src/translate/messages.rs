@@ -1,0 +1,564 @@
+//! Anthropic Messages ⇄ neutral form.
+
+use bytes::BytesMut;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::{
+    args_value, bad, new_id, opt_str, text_of, upstream_stream_error, Decoder, Encoder, Event,
+    Message, OutPart, Part, Request, Response, Role, StopReason, Tool, ToolChoice, Usage,
+};
+use crate::error::{Dialect, GwError};
+use crate::sse::{write_event, SseEvent};
+
+/// Anthropic requires `max_tokens`; OpenAI clients usually leave it out.
+const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+pub fn decode_request(v: &Value) -> Result<Request, GwError> {
+    let mut r = Request {
+        system: match v.get("system") {
+            Some(s @ (Value::String(_) | Value::Array(_))) => Some(text_of(s)),
+            _ => None,
+        },
+        ..Request::default()
+    };
+    let msgs = v
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("messages: must be an array"))?;
+    for m in msgs {
+        let role = match m.get("role").and_then(Value::as_str) {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            other => return Err(bad(format!("messages: unknown role {other:?}"))),
+        };
+        let mut parts = Vec::new();
+        match m.get("content") {
+            Some(Value::String(s)) => parts.push(Part::Text(s.clone())),
+            Some(Value::Array(blocks)) => {
+                for b in blocks {
+                    match b.get("type").and_then(Value::as_str) {
+                        Some("text") => {
+                            parts.push(Part::Text(opt_str(b, "text").unwrap_or_default()))
+                        }
+                        Some("tool_use") => parts.push(Part::ToolCall {
+                            id: opt_str(b, "id").unwrap_or_default(),
+                            name: opt_str(b, "name").unwrap_or_default(),
+                            arguments: b
+                                .get("input")
+                                .map(|i| i.to_string())
+                                .unwrap_or_else(|| "{}".into()),
+                        }),
+                        Some("tool_result") => parts.push(Part::ToolResult {
+                            id: opt_str(b, "tool_use_id").unwrap_or_default(),
+                            content: b.get("content").map(text_of).unwrap_or_default(),
+                            is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                        }),
+                        // Images, documents, thinking: not representable upstream; dropped.
+                        _ => {}
+                    }
+                }
+            }
+            _ => return Err(bad("messages: content must be a string or an array")),
+        }
+        r.messages.push(Message { role, parts });
+    }
+    if let Some(tools) = v.get("tools").and_then(Value::as_array) {
+        for t in tools {
+            r.tools.push(Tool {
+                name: opt_str(t, "name").ok_or_else(|| bad("tools: every tool needs a name"))?,
+                description: opt_str(t, "description"),
+                parameters: t
+                    .get("input_schema")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            });
+        }
+    }
+    r.tool_choice =
+        v.get("tool_choice")
+            .and_then(|c| match c.get("type").and_then(Value::as_str)? {
+                "auto" => Some(ToolChoice::Auto),
+                "any" => Some(ToolChoice::Required),
+                "none" => Some(ToolChoice::None),
+                "tool" => opt_str(c, "name").map(ToolChoice::Named),
+                _ => None,
+            });
+    r.max_tokens = v.get("max_tokens").and_then(Value::as_u64);
+    r.temperature = v.get("temperature").and_then(Value::as_f64);
+    r.top_p = v.get("top_p").and_then(Value::as_f64);
+    r.stop = v
+        .get("stop_sequences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    r.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    Ok(r)
+}
+
+fn part_block(p: &Part) -> Value {
+    match p {
+        Part::Text(t) => json!({"type": "text", "text": t}),
+        Part::ToolCall {
+            id,
+            name,
+            arguments,
+        } => json!({"type": "tool_use", "id": id, "name": name, "input": args_value(arguments)}),
+        Part::ToolResult {
+            id,
+            content,
+            is_error,
+        } => {
+            let mut b = json!({"type": "tool_result", "tool_use_id": id, "content": content});
+            if *is_error {
+                b["is_error"] = true.into();
+            }
+            b
+        }
+    }
+}
+
+pub fn encode_request(r: &Request, model: &str) -> Value {
+    // Anthropic wants alternating turns: merge consecutive turns of one role.
+    let mut msgs: Vec<(Role, Vec<Value>)> = Vec::new();
+    for m in &r.messages {
+        let blocks: Vec<Value> = m
+            .parts
+            .iter()
+            .filter(|p| !matches!(p, Part::Text(t) if t.is_empty()))
+            .map(part_block)
+            .collect();
+        if blocks.is_empty() {
+            continue;
+        }
+        match msgs.last_mut() {
+            Some((role, b)) if *role == m.role => b.extend(blocks),
+            _ => msgs.push((m.role, blocks)),
+        }
+    }
+    let msgs: Vec<Value> = msgs
+        .into_iter()
+        .map(|(role, blocks)| {
+            let role = if role == Role::User {
+                "user"
+            } else {
+                "assistant"
+            };
+            json!({"role": role, "content": blocks})
+        })
+        .collect();
+    let mut o = Map::new();
+    o.insert("model".into(), model.into());
+    o.insert(
+        "max_tokens".into(),
+        r.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).into(),
+    );
+    if let Some(s) = &r.system {
+        o.insert("system".into(), s.clone().into());
+    }
+    o.insert("messages".into(), msgs.into());
+    if !r.tools.is_empty() {
+        let tools: Vec<Value> = r
+            .tools
+            .iter()
+            .map(|t| {
+                let mut v = json!({"name": t.name, "input_schema": t.parameters});
+                if let Some(d) = &t.description {
+                    v["description"] = d.clone().into();
+                }
+                v
+            })
+            .collect();
+        o.insert("tools".into(), tools.into());
+    }
+    if let Some(c) = &r.tool_choice {
+        let v = match c {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Named(n) => json!({"type": "tool", "name": n}),
+        };
+        o.insert("tool_choice".into(), v);
+    }
+    if let Some(t) = r.temperature {
+        o.insert("temperature".into(), t.into());
+    }
+    if let Some(t) = r.top_p {
+        o.insert("top_p".into(), t.into());
+    }
+    if !r.stop.is_empty() {
+        o.insert("stop_sequences".into(), r.stop.clone().into());
+    }
+    if r.stream {
+        o.insert("stream".into(), true.into());
+    }
+    Value::Object(o)
+}
+
+pub(crate) fn stop_from(s: &str) -> StopReason {
+    match s {
+        "max_tokens" => StopReason::MaxTokens,
+        "tool_use" => StopReason::ToolUse,
+        "stop_sequence" => StopReason::StopSequence,
+        "refusal" => StopReason::ContentFilter,
+        _ => StopReason::End,
+    }
+}
+
+pub(crate) fn stop_to(s: StopReason) -> &'static str {
+    match s {
+        StopReason::End => "end_turn",
+        StopReason::MaxTokens => "max_tokens",
+        StopReason::ToolUse => "tool_use",
+        StopReason::StopSequence => "stop_sequence",
+        StopReason::ContentFilter => "refusal",
+    }
+}
+
+pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
+    let v: Value = serde_json::from_slice(body).map_err(GwError::bad_upstream)?;
+    let mut content = Vec::new();
+    for b in v
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => content.push(OutPart::Text(opt_str(b, "text").unwrap_or_default())),
+            Some("tool_use") => content.push(OutPart::ToolCall {
+                id: opt_str(b, "id").unwrap_or_else(|| new_id("toolu_")),
+                name: opt_str(b, "name").unwrap_or_default(),
+                arguments: b
+                    .get("input")
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|| "{}".into()),
+            }),
+            _ => {}
+        }
+    }
+    let usage = v.get("usage").unwrap_or(&Value::Null);
+    Ok(Response {
+        id: opt_str(&v, "id").unwrap_or_else(|| new_id("msg_")),
+        content,
+        stop: stop_from(
+            v.get("stop_reason")
+                .and_then(Value::as_str)
+                .unwrap_or("end_turn"),
+        ),
+        usage: Usage {
+            input: usage
+                .get("input_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            output: usage
+                .get("output_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        },
+    })
+}
+
+fn msg_id(upstream: &str) -> String {
+    if upstream.starts_with("msg_") {
+        upstream.to_owned()
+    } else {
+        format!("msg_{upstream}")
+    }
+}
+
+pub fn encode_response(r: &Response, alias: &str) -> Value {
+    let content: Vec<Value> = r
+        .content
+        .iter()
+        .map(|p| match p {
+            OutPart::Text(t) => json!({"type": "text", "text": t}),
+            OutPart::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                json!({"type": "tool_use", "id": id, "name": name, "input": args_value(arguments)})
+            }
+        })
+        .collect();
+    json!({
+        "id": msg_id(&r.id),
+        "type": "message",
+        "role": "assistant",
+        "model": alias,
+        "content": content,
+        "stop_reason": stop_to(r.stop),
+        "stop_sequence": null,
+        "usage": {"input_tokens": r.usage.input, "output_tokens": r.usage.output},
+    })
+}
+
+// ---- streams ----
+
+#[derive(Deserialize)]
+struct Ev {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    message: Option<StartMsg>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default)]
+    content_block: Option<Block>,
+    #[serde(default)]
+    delta: Option<DeltaV>,
+    #[serde(default)]
+    usage: Option<UsageV>,
+}
+
+#[derive(Deserialize)]
+struct StartMsg {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    usage: Option<UsageV>,
+}
+
+#[derive(Deserialize)]
+struct Block {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct DeltaV {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct UsageV {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+/// Messages events → neutral events.
+#[derive(Default)]
+pub struct StreamDecoder {}
+
+impl Decoder for StreamDecoder {
+    fn event(&mut self, ev: &SseEvent, sink: &mut dyn FnMut(Event)) -> Result<(), GwError> {
+        if &ev.event[..] == b"error" {
+            return Err(upstream_stream_error(&ev.data));
+        }
+        let e: Ev = serde_json::from_slice(&ev.data).map_err(|_| {
+            GwError::bad_upstream("upstream sent a frame that is not a messages event")
+        })?;
+        match e.kind.as_str() {
+            "message_start" => {
+                let m = e.message.unwrap_or(StartMsg {
+                    id: None,
+                    usage: None,
+                });
+                sink(Event::Start {
+                    id: m.id.unwrap_or_else(|| new_id("msg_")),
+                    input_tokens: m.usage.as_ref().and_then(|u| u.input_tokens),
+                });
+            }
+            "content_block_start" => {
+                if let Some(b) = e.content_block {
+                    match b.kind.as_str() {
+                        "tool_use" => sink(Event::ToolStart {
+                            index: e.index.unwrap_or(0),
+                            id: b.id.unwrap_or_else(|| new_id("toolu_")),
+                            name: b.name.unwrap_or_default(),
+                        }),
+                        "text" => {
+                            if let Some(t) = b.text.filter(|t| !t.is_empty()) {
+                                sink(Event::Text(t));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "content_block_delta" => {
+                if let Some(d) = e.delta {
+                    match d.kind.as_deref() {
+                        Some("text_delta") => {
+                            if let Some(t) = d.text {
+                                sink(Event::Text(t));
+                            }
+                        }
+                        Some("input_json_delta") => {
+                            if let Some(p) = d.partial_json.filter(|p| !p.is_empty()) {
+                                sink(Event::ToolArgs {
+                                    index: e.index.unwrap_or(0),
+                                    delta: p,
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(u) = e.usage {
+                    sink(Event::Usage {
+                        input: u.input_tokens,
+                        output: u.output_tokens,
+                    });
+                }
+                if let Some(s) = e.delta.and_then(|d| d.stop_reason) {
+                    sink(Event::Stop(stop_from(&s)));
+                }
+            }
+            "message_stop" => sink(Event::Done),
+            "error" => return Err(upstream_stream_error(&ev.data)),
+            _ => {} // ping, content_block_stop, and future event types
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Text,
+    Tool(u64),
+}
+
+/// Neutral events → Messages events: blocks are opened on first content and closed when the next
+/// kind of content starts, so indices are sequential and every started block is stopped.
+pub struct StreamEncoder {
+    alias: String,
+    open: Option<(Open, u64)>,
+    next_index: u64,
+    usage: Usage,
+    stop: Option<StopReason>,
+    started: bool,
+}
+
+impl StreamEncoder {
+    pub fn new(alias: String) -> Self {
+        StreamEncoder {
+            alias,
+            open: None,
+            next_index: 0,
+            usage: Usage::default(),
+            stop: None,
+            started: false,
+        }
+    }
+
+    fn close(&mut self, out: &mut BytesMut) {
+        if let Some((_, i)) = self.open.take() {
+            let d = format!(r#"{{"type":"content_block_stop","index":{i}}}"#);
+            write_event(out, "content_block_stop", d.as_bytes());
+        }
+    }
+
+    fn open(&mut self, kind: Open, block: Value, out: &mut BytesMut) -> u64 {
+        self.close(out);
+        let i = self.next_index;
+        self.next_index += 1;
+        self.open = Some((kind, i));
+        let d = json!({"type": "content_block_start", "index": i, "content_block": block});
+        write_event(out, "content_block_start", d.to_string().as_bytes());
+        i
+    }
+
+    fn start(&mut self, id: &str, out: &mut BytesMut) {
+        self.started = true;
+        let d = json!({
+            "type": "message_start",
+            "message": {
+                "id": msg_id(id), "type": "message", "role": "assistant", "model": self.alias,
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": self.usage.input, "output_tokens": 0},
+            }
+        });
+        write_event(out, "message_start", d.to_string().as_bytes());
+        write_event(out, "ping", br#"{"type":"ping"}"#);
+    }
+}
+
+impl Encoder for StreamEncoder {
+    fn event(&mut self, ev: Event, out: &mut BytesMut) {
+        match ev {
+            Event::Start { id, input_tokens } => {
+                if let Some(i) = input_tokens {
+                    self.usage.input = i;
+                }
+                self.start(&id, out);
+            }
+            Event::Text(t) => {
+                let i = match self.open {
+                    Some((Open::Text, i)) => i,
+                    _ => self.open(Open::Text, json!({"type": "text", "text": ""}), out),
+                };
+                let d = json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "text_delta", "text": t}});
+                write_event(out, "content_block_delta", d.to_string().as_bytes());
+            }
+            Event::ToolStart { index, id, name } => {
+                self.open(
+                    Open::Tool(index),
+                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+                    out,
+                );
+            }
+            Event::ToolArgs { index, delta } => {
+                let i = match self.open {
+                    Some((Open::Tool(u), i)) if u == index => i,
+                    // Arguments for a call that is not the open block: OpenAI can interleave
+                    // parallel calls, Messages cannot; attach them to the open tool block.
+                    Some((Open::Tool(_), i)) => i,
+                    _ => return,
+                };
+                let d = json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": delta}});
+                write_event(out, "content_block_delta", d.to_string().as_bytes());
+            }
+            Event::Stop(s) => self.stop = Some(s),
+            Event::Usage { input, output } => {
+                if let Some(i) = input {
+                    self.usage.input = i;
+                }
+                if let Some(o) = output {
+                    self.usage.output = o;
+                }
+            }
+            Event::Done => {
+                if !self.started {
+                    self.start(&new_id("msg_"), out);
+                }
+                self.close(out);
+                let d = json!({
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_to(self.stop.unwrap_or(StopReason::End)), "stop_sequence": null},
+                    "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output},
+                });
+                write_event(out, "message_delta", d.to_string().as_bytes());
+                write_event(out, "message_stop", br#"{"type":"message_stop"}"#);
+            }
+        }
+    }
+
+    fn error(&mut self, err: &GwError, out: &mut BytesMut) {
+        out.extend_from_slice(&err.sse_event(Dialect::Messages, 0));
+    }
+}

@@ -1,0 +1,435 @@
+//! OpenAI Responses ⇄ neutral form. Responses upstreams are only ever used natively, so this
+//! dialect is decoded from requests and encoded into responses and streams, never the reverse.
+
+use bytes::BytesMut;
+use serde_json::{json, Value};
+
+use super::{
+    bad, new_id, now_secs, opt_str, text_of, Encoder, Event, Message, OutPart, Part, Request,
+    Response, Role, StopReason, Tool, ToolChoice, Usage,
+};
+use crate::error::{Dialect, GwError};
+use crate::sse::write_event;
+
+pub fn decode_request(v: &Value) -> Result<Request, GwError> {
+    let mut r = Request::default();
+    let mut system: Vec<String> = Vec::new();
+    if let Some(s) = v.get("instructions").and_then(Value::as_str) {
+        system.push(s.to_owned());
+    }
+    let push = |r: &mut Request, role: Role, part: Part| match r.messages.last_mut() {
+        Some(m) if m.role == role => m.parts.push(part),
+        _ => r.messages.push(Message {
+            role,
+            parts: vec![part],
+        }),
+    };
+    match v.get("input") {
+        Some(Value::String(s)) => push(&mut r, Role::User, Part::Text(s.clone())),
+        Some(Value::Array(items)) => {
+            for it in items {
+                let kind = it.get("type").and_then(Value::as_str).unwrap_or("message");
+                match kind {
+                    "message" => {
+                        let content = it.get("content").unwrap_or(&Value::Null);
+                        match it.get("role").and_then(Value::as_str) {
+                            Some("system" | "developer") => system.push(text_of(content)),
+                            Some("assistant") => {
+                                push(&mut r, Role::Assistant, Part::Text(text_of(content)))
+                            }
+                            Some("user") => push(&mut r, Role::User, Part::Text(text_of(content))),
+                            other => return Err(bad(format!("input: unknown role {other:?}"))),
+                        }
+                    }
+                    "function_call" => push(
+                        &mut r,
+                        Role::Assistant,
+                        Part::ToolCall {
+                            id: opt_str(it, "call_id").unwrap_or_default(),
+                            name: opt_str(it, "name").unwrap_or_default(),
+                            arguments: opt_str(it, "arguments").unwrap_or_default(),
+                        },
+                    ),
+                    "function_call_output" => push(
+                        &mut r,
+                        Role::User,
+                        Part::ToolResult {
+                            id: opt_str(it, "call_id").unwrap_or_default(),
+                            content: it.get("output").map(text_of).unwrap_or_default(),
+                            is_error: false,
+                        },
+                    ),
+                    // Reasoning items and built-in tool calls have no equivalent upstream.
+                    _ => {}
+                }
+            }
+        }
+        _ => return Err(bad("input: must be a string or an array")),
+    }
+    if !system.is_empty() {
+        r.system = Some(system.join("\n\n"));
+    }
+    if let Some(tools) = v.get("tools").and_then(Value::as_array) {
+        for t in tools {
+            if t.get("type").and_then(Value::as_str) != Some("function") {
+                return Err(bad("tools: only function tools can be translated"));
+            }
+            r.tools.push(Tool {
+                name: opt_str(t, "name").ok_or_else(|| bad("tools: every tool needs a name"))?,
+                description: opt_str(t, "description"),
+                parameters: t
+                    .get("parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+            });
+        }
+    }
+    r.tool_choice = match v.get("tool_choice") {
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Some(ToolChoice::None),
+            "required" => Some(ToolChoice::Required),
+            _ => Some(ToolChoice::Auto),
+        },
+        Some(o @ Value::Object(_)) => opt_str(o, "name").map(ToolChoice::Named),
+        _ => None,
+    };
+    r.max_tokens = v.get("max_output_tokens").and_then(Value::as_u64);
+    r.temperature = v.get("temperature").and_then(Value::as_f64);
+    r.top_p = v.get("top_p").and_then(Value::as_f64);
+    r.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    Ok(r)
+}
+
+fn resp_id(upstream: &str) -> String {
+    if upstream.starts_with("resp_") {
+        upstream.to_owned()
+    } else {
+        format!("resp_{upstream}")
+    }
+}
+
+fn usage_json(u: Usage) -> Value {
+    json!({
+        "input_tokens": u.input,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": u.output,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": u.input + u.output,
+    })
+}
+
+fn status_of(stop: StopReason) -> (&'static str, Value) {
+    match stop {
+        StopReason::MaxTokens => ("incomplete", json!({"reason": "max_output_tokens"})),
+        StopReason::ContentFilter => ("incomplete", json!({"reason": "content_filter"})),
+        _ => ("completed", Value::Null),
+    }
+}
+
+fn response_object(
+    id: &str,
+    created: u64,
+    alias: &str,
+    status: &str,
+    incomplete: Value,
+    output: Vec<Value>,
+    usage: Value,
+) -> Value {
+    json!({
+        "id": id,
+        "object": "response",
+        "created_at": created,
+        "status": status,
+        "error": null,
+        "incomplete_details": incomplete,
+        "instructions": null,
+        "max_output_tokens": null,
+        "model": alias,
+        "output": output,
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "reasoning": {"effort": null, "summary": null},
+        "store": false,
+        "temperature": null,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": null,
+        "truncation": "disabled",
+        "usage": usage,
+        "metadata": {},
+    })
+}
+
+fn message_item(id: &str, status: &str, text: &str) -> Value {
+    json!({
+        "id": id, "type": "message", "status": status, "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+}
+
+fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    json!({
+        "id": id, "type": "function_call", "status": status,
+        "call_id": call_id, "name": name, "arguments": arguments,
+    })
+}
+
+pub fn encode_response(r: &Response, alias: &str) -> Value {
+    let mut output = Vec::new();
+    let mut text = String::new();
+    for p in &r.content {
+        match p {
+            OutPart::Text(t) => text.push_str(t),
+            OutPart::ToolCall {
+                id,
+                name,
+                arguments,
+            } => output.push(call_item(&new_id("fc_"), id, name, arguments, "completed")),
+        }
+    }
+    if !text.is_empty() {
+        output.insert(0, message_item(&new_id("msg_"), "completed", &text));
+    }
+    let (status, incomplete) = status_of(r.stop);
+    response_object(
+        &resp_id(&r.id),
+        now_secs(),
+        alias,
+        status,
+        incomplete,
+        output,
+        usage_json(r.usage),
+    )
+}
+
+enum Item {
+    Text {
+        id: String,
+        text: String,
+    },
+    Call {
+        id: String,
+        call_id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// Neutral events → Responses events, with a monotonic `sequence_number`.
+pub struct StreamEncoder {
+    alias: String,
+    id: String,
+    created: u64,
+    seq: u64,
+    items: Vec<Value>,
+    open: Option<Item>,
+    usage: Usage,
+    stop: Option<StopReason>,
+    started: bool,
+}
+
+impl StreamEncoder {
+    pub fn new(alias: String) -> Self {
+        StreamEncoder {
+            alias,
+            id: String::new(),
+            created: now_secs(),
+            seq: 0,
+            items: Vec::new(),
+            open: None,
+            usage: Usage::default(),
+            stop: None,
+            started: false,
+        }
+    }
+
+    fn emit(&mut self, out: &mut BytesMut, name: &str, mut data: Value) {
+        data["type"] = name.into();
+        data["sequence_number"] = self.seq.into();
+        self.seq += 1;
+        write_event(out, name, data.to_string().as_bytes());
+    }
+
+    fn object(&self, status: &str, incomplete: Value, usage: Value) -> Value {
+        response_object(
+            &self.id,
+            self.created,
+            &self.alias,
+            status,
+            incomplete,
+            self.items.clone(),
+            usage,
+        )
+    }
+
+    fn start(&mut self, id: &str, out: &mut BytesMut) {
+        self.started = true;
+        self.id = resp_id(id);
+        let obj = self.object("in_progress", Value::Null, Value::Null);
+        self.emit(out, "response.created", json!({ "response": obj }));
+        self.emit(out, "response.in_progress", json!({ "response": obj }));
+    }
+
+    fn close(&mut self, out: &mut BytesMut) {
+        let output_index = self.items.len();
+        match self.open.take() {
+            None => {}
+            Some(Item::Text { id, text }) => {
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                self.emit(
+                    out,
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": output_index, "content_index": 0, "text": text}),
+                );
+                self.emit(
+                    out,
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": part}),
+                );
+                let item = message_item(&id, "completed", &text);
+                self.emit(
+                    out,
+                    "response.output_item.done",
+                    json!({"output_index": output_index, "item": item}),
+                );
+                self.items.push(item);
+            }
+            Some(Item::Call {
+                id,
+                call_id,
+                name,
+                arguments,
+                ..
+            }) => {
+                self.emit(
+                    out,
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": output_index, "arguments": arguments}),
+                );
+                let item = call_item(&id, &call_id, &name, &arguments, "completed");
+                self.emit(
+                    out,
+                    "response.output_item.done",
+                    json!({"output_index": output_index, "item": item}),
+                );
+                self.items.push(item);
+            }
+        }
+    }
+}
+
+impl Encoder for StreamEncoder {
+    fn event(&mut self, ev: Event, out: &mut BytesMut) {
+        match ev {
+            Event::Start { id, input_tokens } => {
+                if let Some(i) = input_tokens {
+                    self.usage.input = i;
+                }
+                self.start(&id, out);
+            }
+            Event::Text(t) => {
+                let output_index = self.items.len();
+                if !matches!(self.open, Some(Item::Text { .. })) {
+                    self.close(out);
+                    let output_index = self.items.len();
+                    let id = new_id("msg_");
+                    self.emit(
+                        out,
+                        "response.output_item.added",
+                        json!({"output_index": output_index, "item": {
+                            "id": id, "type": "message", "status": "in_progress",
+                            "role": "assistant", "content": []}}),
+                    );
+                    self.emit(
+                        out,
+                        "response.content_part.added",
+                        json!({"item_id": id, "output_index": output_index, "content_index": 0,
+                            "part": {"type": "output_text", "text": "", "annotations": []}}),
+                    );
+                    self.open = Some(Item::Text {
+                        id,
+                        text: String::new(),
+                    });
+                }
+                let output_index = output_index.max(self.items.len());
+                let item_id = match &mut self.open {
+                    Some(Item::Text { id, text }) => {
+                        text.push_str(&t);
+                        id.clone()
+                    }
+                    _ => unreachable!("a text item was just opened"),
+                };
+                self.emit(
+                    out,
+                    "response.output_text.delta",
+                    json!({"item_id": item_id, "output_index": output_index,
+                        "content_index": 0, "delta": t, "logprobs": []}),
+                );
+            }
+            Event::ToolStart { index: _, id, name } => {
+                self.close(out);
+                let output_index = self.items.len();
+                let item_id = new_id("fc_");
+                self.emit(
+                    out,
+                    "response.output_item.added",
+                    json!({"output_index": output_index,
+                        "item": call_item(&item_id, &id, &name, "", "in_progress")}),
+                );
+                self.open = Some(Item::Call {
+                    id: item_id,
+                    call_id: id,
+                    name,
+                    arguments: String::new(),
+                });
+            }
+            Event::ToolArgs { index: _, delta } => {
+                let output_index = self.items.len();
+                // Arguments always belong to the open call: upstreams that interleave parallel
+                // calls are not representable in this event order.
+                let item_id = match &mut self.open {
+                    Some(Item::Call { id, arguments, .. }) => {
+                        arguments.push_str(&delta);
+                        id.clone()
+                    }
+                    _ => return,
+                };
+                self.emit(
+                    out,
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": item_id, "output_index": output_index, "delta": delta}),
+                );
+            }
+            Event::Stop(s) => self.stop = Some(s),
+            Event::Usage { input, output } => {
+                if let Some(i) = input {
+                    self.usage.input = i;
+                }
+                if let Some(o) = output {
+                    self.usage.output = o;
+                }
+            }
+            Event::Done => {
+                if !self.started {
+                    self.start(&new_id("resp_"), out);
+                }
+                self.close(out);
+                let (status, incomplete) = status_of(self.stop.unwrap_or(StopReason::End));
+                let obj = self.object(status, incomplete, usage_json(self.usage));
+                let name = if status == "completed" {
+                    "response.completed"
+                } else {
+                    "response.incomplete"
+                };
+                self.emit(out, name, json!({ "response": obj }));
+            }
+        }
+    }
+
+    fn error(&mut self, err: &GwError, out: &mut BytesMut) {
+        let seq = self.seq;
+        self.seq += 1;
+        out.extend_from_slice(&err.sse_event(Dialect::Responses, seq));
+    }
+}
