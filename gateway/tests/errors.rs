@@ -1,0 +1,307 @@
+//! Errors: every failure in the client's dialect with the right status, mid-stream failures end
+//! the stream with the dialect's error event, and a client that leaves cancels the upstream.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+
+fn body_for(path: &str, model: &str, text: &str, stream: bool) -> Value {
+    match path {
+        "/v1/responses" => json!({"model": model, "input": text, "stream": stream}),
+        "/v1/messages" => {
+            json!({"model": model, "max_tokens": 32, "messages": user(text), "stream": stream})
+        }
+        _ => json!({"model": model, "messages": user(text), "stream": stream}),
+    }
+}
+
+/// Asserts the dialect's error body shape and returns its message.
+fn assert_error_shape(path: &str, r: &Resp) -> String {
+    let v = r.json();
+    if path == "/v1/messages" {
+        assert_eq!(v["type"], "error", "{v}");
+        assert!(v["error"]["type"].is_string(), "{v}");
+        v["error"]["message"].as_str().unwrap().to_owned()
+    } else {
+        let e = &v["error"];
+        for k in ["message", "type", "param", "code"] {
+            assert!(e.get(k).is_some(), "missing error.{k} in {v}");
+        }
+        e["message"].as_str().unwrap().to_owned()
+    }
+}
+
+#[test]
+fn malformed_json_is_400_in_each_dialect() {
+    let st = Stack::start();
+    for path in PATHS {
+        for bad in [
+            &b"{\"model\": "[..],
+            b"not json",
+            b"[1,2]",
+            b"{\"model\":\"gpt\",\"model\":\"gpt\"}",
+        ] {
+            let r = request(st.gateway.addr, "POST", path, &[], bad);
+            assert_eq!(r.status, 400, "{path} {:?}", String::from_utf8_lossy(bad));
+            assert_error_shape(path, &r);
+        }
+    }
+    let r = request(st.gateway.addr, "POST", "/v1/messages", &[], b"{");
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    st.stop();
+}
+
+#[test]
+fn unknown_model_is_404_in_each_dialect() {
+    let st = Stack::start();
+    for path in PATHS {
+        let r = st.post(path, &body_for(path, "no-such-model", "hi", false));
+        assert_eq!(r.status, 404, "{path}");
+        let msg = assert_error_shape(path, &r);
+        assert!(msg.contains("no-such-model"));
+    }
+    let r = st.post(
+        "/v1/messages",
+        &body_for("/v1/messages", "nope", "hi", false),
+    );
+    assert_eq!(r.json()["error"]["type"], "not_found_error");
+    st.stop();
+}
+
+#[test]
+fn upstream_unreachable_is_502() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let gw = start_gateway(&config(port, 5000));
+    for path in PATHS {
+        for model in ["gpt", "claude"] {
+            for stream in [false, true] {
+                let r = post(gw.addr, path, &body_for(path, model, "hi", stream));
+                assert_eq!(r.status, 502, "{path} {model} {stream}");
+                assert_error_shape(path, &r);
+            }
+        }
+    }
+    assert_eq!(gw.terminate(), Some(0));
+}
+
+#[test]
+fn upstream_timeout_is_504() {
+    let st = Stack::with_timeout(300);
+    for path in PATHS {
+        for model in ["gpt", "claude"] {
+            let t = Instant::now();
+            let r = st.post(path, &body_for(path, model, "[[mock:stall]]", false));
+            assert_eq!(r.status, 504, "{path} {model}");
+            assert_error_shape(path, &r);
+            assert!(t.elapsed() < Duration::from_secs(5));
+        }
+    }
+    st.stop();
+}
+
+#[test]
+fn upstream_4xx_5xx_carried_over_in_client_dialect() {
+    let st = Stack::start();
+    for path in PATHS {
+        for model in ["gpt", "claude"] {
+            for (status, stream) in [(429u16, false), (500, false), (503, true), (400, true)] {
+                let r = st.post(
+                    path,
+                    &body_for(path, model, &format!("[[mock:status:{status}]]"), stream),
+                );
+                assert_eq!(r.status, status, "{path} {model}");
+                assert_error_shape(path, &r);
+            }
+        }
+    }
+    let r = st.post(
+        "/v1/messages",
+        &body_for("/v1/messages", "gpt", "[[mock:status:429]]", false),
+    );
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    let r = st.post(
+        "/v1/chat/completions",
+        &body_for(
+            "/v1/chat/completions",
+            "claude",
+            "[[mock:status:401]]",
+            false,
+        ),
+    );
+    assert_eq!(r.json()["error"]["type"], "authentication_error");
+    st.stop();
+}
+
+/// The last SSE event must be the dialect's error event.
+fn assert_stream_ends_in_error(path: &str, r: &Resp, ctx: &str) {
+    assert_eq!(r.status, 200, "{ctx}");
+    let evs = r.events();
+    let (name, data) = evs.last().unwrap_or_else(|| panic!("{ctx}: empty stream"));
+    let v: Value = serde_json::from_str(data).unwrap();
+    match path {
+        "/v1/chat/completions" => {
+            assert!(v["error"]["message"].is_string(), "{ctx}: {data}");
+            assert!(
+                !evs.iter().any(|(_, d)| d == "[DONE]"),
+                "{ctx}: no [DONE] after failure"
+            );
+        }
+        "/v1/messages" => {
+            assert_eq!(name, "error", "{ctx}");
+            assert_eq!(v["type"], "error");
+            assert!(v["error"]["message"].is_string());
+            assert!(!evs.iter().any(|(e, _)| e == "message_stop"), "{ctx}");
+        }
+        _ => {
+            assert_eq!(name, "error", "{ctx}");
+            assert_eq!(v["type"], "error");
+            assert!(v["message"].is_string());
+            assert!(v["sequence_number"].is_u64());
+            assert!(!evs.iter().any(|(e, _)| e == "response.completed"), "{ctx}");
+        }
+    }
+    assert!(
+        evs.len() > 1,
+        "{ctx}: some frames came through before the failure"
+    );
+}
+
+#[test]
+fn mid_stream_failure_ends_with_error_event() {
+    let st = Stack::start();
+    for path in PATHS {
+        for model in ["gpt", "claude"] {
+            let r = st.post(
+                path,
+                &body_for(path, model, "[[mock:fail_mid_stream]]", true),
+            );
+            assert_stream_ends_in_error(path, &r, &format!("{path} {model}"));
+        }
+    }
+    st.stop();
+}
+
+#[test]
+fn malformed_upstream_sse_ends_with_error_event() {
+    let st = Stack::start();
+    for path in PATHS {
+        for model in ["gpt", "claude"] {
+            let r = st.post(path, &body_for(path, model, "[[mock:malformed_sse]]", true));
+            assert_stream_ends_in_error(path, &r, &format!("{path} {model}"));
+        }
+    }
+    st.stop();
+}
+
+#[test]
+fn unknown_route_and_method() {
+    let st = Stack::start();
+    let r = get(st.gateway.addr, "/v1/nothing");
+    assert_eq!(r.status, 404);
+    assert_error_shape("/v1/chat/completions", &r);
+    let r = get(st.gateway.addr, "/v1/messages");
+    assert_eq!(r.status, 405);
+    assert_error_shape("/v1/messages", &r);
+    st.stop();
+}
+
+/// An upstream that streams slowly forever and records when the gateway hangs up on it.
+fn endless_upstream(cancelled: Arc<AtomicBool>) -> RawUpstream {
+    raw_upstream(move |_head, _body, s| {
+        let _ = s.write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n",
+        );
+        let frame = b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}\n\n";
+        let chunk = [
+            format!("{:x}\r\n", frame.len()).into_bytes(),
+            frame.to_vec(),
+            b"\r\n".to_vec(),
+        ]
+        .concat();
+        for _ in 0..400 {
+            if s.write_all(&chunk).is_err() {
+                cancelled.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    })
+}
+
+#[test]
+fn client_disconnect_cancels_upstream_stream() {
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let up = endless_upstream(cancelled.clone());
+    let gw = start_gateway(&config(up.addr, 5000));
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    let body = serde_json::to_vec(&json!({"model": "gpt", "stream": true, "messages": user("hi")}))
+        .unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).unwrap();
+    assert!(n > 0);
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cancelled.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "upstream still streaming after client left"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.terminate(), Some(0));
+}
+
+#[test]
+fn client_disconnect_before_headers_cancels_upstream() {
+    let closed = Arc::new(AtomicBool::new(false));
+    let c2 = closed.clone();
+    let up = raw_upstream(move |_head, _body, s| {
+        // Never answer; wait for the gateway to close the connection.
+        let mut b = [0u8; 16];
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if let Ok(0) = s.read(&mut b) {
+            c2.store(true, Ordering::SeqCst);
+        }
+    });
+    let gw = start_gateway(&config(up.addr, 30_000));
+    let mut s = TcpStream::connect(gw.addr).unwrap();
+    let body = serde_json::to_vec(&json!({"model": "gpt", "messages": user("hi")})).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    up.requests.recv_timeout(Duration::from_secs(5)).unwrap();
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !closed.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "upstream connection kept open after client left"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.terminate(), Some(0));
+}
