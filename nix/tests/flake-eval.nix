@@ -1,0 +1,610 @@
+# Evaluation test of flake.nix, runnable with Nix 2.8 and without nixpkgs, crane or fenix:
+#
+#   nix-instantiate nix/tests/flake-eval.nix      # (or nix/tests/flake-check, which also parses every .nix)
+#
+# It imports flake.nix, calls its `outputs` with fake inputs and asserts the wiring. The fakes are
+# real (never built) derivations, so a stage that consumes another has it in its string context,
+# exactly as Nix records a build dependency; hidden intermediate derivations are read back from
+# their .drv files (hence `nix-instantiate`, which writes them, rather than `--eval`, which does
+# not). Prints the path of a trivial .drv when every assertion holds; otherwise fails with the
+# list of what is miswired.
+let
+  inherit (builtins)
+    all
+    any
+    attrNames
+    concatStringsSep
+    elem
+    filter
+    getContext
+    hasAttr
+    head
+    isFunction
+    isString
+    length
+    listToAttrs
+    map
+    match
+    readFile
+    replaceStrings
+    split
+    toJSON
+    unsafeDiscardStringContext
+    ;
+
+  flake = import ../../flake.nix;
+
+  systems = [
+    "x86_64-linux"
+    "aarch64-linux"
+  ];
+  triples = {
+    x86_64-linux = "x86_64-unknown-linux-gnu";
+    aarch64-linux = "aarch64-unknown-linux-gnu";
+  };
+  genAttrs = names: f: listToAttrs (map (n: {
+    name = n;
+    value = f n;
+  }) names);
+
+  # ---- fake derivations ---------------------------------------------------------------------
+
+  # A real derivation that is never built. `recorded` is kept as `args` for inspection and is also
+  # serialized into the derivation, so every derivation/store path it mentions becomes a dependency.
+  fakeDrv =
+    {
+      kind,
+      name,
+      system,
+      recorded ? { },
+      extra ? { },
+      # A miswiring the fake builder itself detects; forcing the output path then fails.
+      error ? null,
+    }:
+    let
+      d = derivation {
+        inherit name system;
+        builder = "/bin/sh";
+        args = [
+          "-c"
+          "echo fake derivation of nix/tests/flake-eval.nix; exit 1"
+        ];
+        fakeKind = kind;
+        recorded = toJSON recorded;
+      };
+    in
+    extra
+    // {
+      type = "derivation";
+      inherit name system kind;
+      args = recorded;
+      outPath = if error == null then d.outPath else throw "flake-eval: ${error}";
+      drvPath = if error == null then d.drvPath else throw "flake-eval: ${error}";
+      outputName = "out";
+    };
+
+  lowers = [ "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m" "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z" ];
+  uppers = [ "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M" "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z" ];
+
+  fakeLib = {
+    toUpper = replaceStrings lowers uppers;
+    getBin = x: x;
+    mkDefault = x: x;
+  };
+
+  fakePkgs =
+    system:
+    let
+      pkg = name: fakeDrv {
+        kind = "package";
+        inherit name system;
+      };
+      runCommandWith =
+        kind: name: env: script:
+        fakeDrv {
+          inherit kind name;
+          # As with mkDerivation, an explicit `system` attribute wins.
+          system = env.system or system;
+          recorded = {
+            inherit env script;
+          };
+          extra = env;
+        };
+      cc = pkg "gcc-wrapper" // {
+        bintools.dynamicLinker = "${pkg "glibc"}/lib/ld-linux.so";
+      };
+    in
+    {
+      lib = fakeLib;
+      stdenv = {
+        hostPlatform.system = system;
+        inherit system cc;
+      };
+      runCommand = runCommandWith "runCommand";
+      runCommandCC = runCommandWith "runCommandCC";
+      writeText =
+        name: text:
+        fakeDrv {
+          kind = "writeText";
+          inherit name system;
+          recorded = {
+            inherit text;
+          };
+        };
+      llvmPackages_22 = {
+        bolt = pkg "bolt-22";
+        llvm = pkg "llvm-22";
+      };
+      dockerTools.buildLayeredImage =
+        args:
+        fakeDrv {
+          kind = "oci";
+          name = "${args.name}.tar.gz";
+          inherit system;
+          recorded = args;
+        };
+      cargo-nextest = pkg "cargo-nextest";
+      nixfmt-tree = pkg "nixfmt-tree";
+      formats.json = _: {
+        type = "json-value";
+        generate =
+          name: value:
+          fakeDrv {
+            kind = "json";
+            inherit name system;
+            recorded = value;
+          };
+      };
+    };
+
+  fakeNixpkgs = {
+    lib = fakeLib;
+    legacyPackages = genAttrs systems fakePkgs;
+  };
+
+  # crane: builders record their arguments; buildPackage refuses dependency artifacts built with
+  # other RUSTFLAGS, cargo arguments or linker than its own.
+  mkCraneLib =
+    pkgs: toolchain:
+    let
+      system = pkgs.stdenv.system;
+      builder =
+        kind: suffix: args:
+        fakeDrv {
+          inherit kind system;
+          name = "${args.pname}${suffix}";
+          recorded = args // {
+            toolchain = if toolchain == null then "default" else toolchain;
+          };
+          extra = args.passthru or { };
+        };
+      sameAsDeps =
+        args:
+        let
+          deps = args.cargoArtifacts;
+          mismatch =
+            filter (k: (deps.args.${k} or null) != (args.${k} or null)) [
+              "cargoExtraArgs"
+              "src"
+              "doCheck"
+            ]
+            ++ map (k: "env.${k}") (
+              filter (k: (deps.args.env.${k} or null) != (args.env.${k} or null)) (
+                attrNames ((args.env or { }) // (deps.args.env or { }))
+              )
+            );
+        in
+        if !(args ? cargoArtifacts) || deps == null then
+          "buildPackage ${args.pname}: no cargoArtifacts from a buildDepsOnly"
+        else if deps.kind != "crane-deps" then
+          "buildPackage ${args.pname}: cargoArtifacts is not a buildDepsOnly"
+        else if mismatch != [ ] then
+          "buildPackage ${args.pname}: its buildDepsOnly differs in ${concatStringsSep ", " mismatch} (deps RUSTFLAGS '${deps.args.env.RUSTFLAGS or "<unset>"}', package RUSTFLAGS '${args.env.RUSTFLAGS or "<unset>"}')"
+        else
+          null;
+    in
+    {
+      overrideToolchain = mkCraneLib pkgs;
+      cleanCargoSource = src: "/nix/store/00000000000000000000000000000000-cleaned-${baseNameOf (toString src)}";
+      buildDepsOnly = builder "crane-deps" "-deps";
+      buildPackage =
+        args:
+        let
+          base = builder "crane-package" "" args;
+          err = sameAsDeps args;
+        in
+        if err == null then base else fakeDrv {
+          kind = "crane-package";
+          inherit system;
+          name = args.pname;
+          error = err;
+        };
+      cargoClippy = builder "crane-clippy" "-clippy";
+      cargoFmt = builder "crane-fmt" "-fmt";
+      cargoNextest = builder "crane-nextest" "-nextest";
+      devShell =
+        args:
+        fakeDrv {
+          kind = "crane-devshell";
+          name = "devshell";
+          inherit system;
+          recorded = args // {
+            inherit toolchain;
+          };
+        };
+    };
+
+  fakeCrane = {
+    mkLib = pkgs: mkCraneLib pkgs null;
+  };
+
+  fakeFenix = {
+    packages = genAttrs systems (system: {
+      stable = {
+        withComponents =
+          components:
+          fakeDrv {
+            kind = "fenix-toolchain";
+            name = "rust-stable-with-components";
+            inherit system;
+            recorded = {
+              inherit components;
+            };
+          };
+        llvm-tools = fakeDrv {
+          kind = "fenix-component";
+          name = "llvm-tools-stable";
+          inherit system;
+        };
+      };
+    });
+  };
+
+  outputs = flake.outputs {
+    self = {
+      outPath = toString ../..;
+    };
+    nixpkgs = fakeNixpkgs;
+    crane = fakeCrane;
+    fenix = fakeFenix;
+  };
+
+  # ---- helpers ------------------------------------------------------------------------------
+
+  # Direct dependencies (drv paths) of a fake derivation.
+  depsOf = drv: attrNames (getContext (toJSON drv.args));
+  consumes = a: b: elem b.drvPath (depsOf a);
+
+  escapeRegex = replaceStrings
+    [ "\\" "." "[" "]" "{" "}" "(" ")" "*" "+" "?" "^" "$" "|" ]
+    [ "\\\\" "\\." "\\[" "\\]" "\\{" "\\}" "\\(" "\\)" "\\*" "\\+" "\\?" "\\^" "\\$" "\\|" ];
+  hasInfix =
+    needle: hay:
+    length (split (escapeRegex (unsafeDiscardStringContext needle)) (unsafeDiscardStringContext hay)) > 1;
+
+  isStorePath = p: isString p && match "/nix/store/[0-9a-z]{32}-[^/]+(/.*)?" (unsafeDiscardStringContext p) != null;
+
+  check = name: ok: { inherit name ok; };
+
+  # ---- assertions per system ----------------------------------------------------------------
+
+  perSystem =
+    system:
+    let
+      P = outputs.legacyPackages.${system}.pipeline;
+      pkgs = outputs.packages.${system};
+      checks = outputs.checks.${system};
+      tc = P.toolchain;
+      tools = tc.tools;
+      triple = triples.${system};
+      cc = fakeNixpkgs.legacyPackages.${system}.stdenv.cc;
+      linkerVar = "CARGO_TARGET_${replaceStrings [ "-" ] [ "_" ] (fakeLib.toUpper triple)}_LINKER";
+      s = m: "[${system}] ${m}";
+
+      stageNames = [
+        "gateway"
+        "trainer"
+        "gateway-instrumented"
+        "gateway-training"
+        "gateway-profile"
+        "gateway-pgo"
+        "gateway-bolt-instrumented"
+        "gateway-bolt-training"
+        "gateway-bolt-profile"
+        "gateway-pgo-bolt"
+        "versions"
+      ];
+
+      builds = [
+        P.gateway
+        P.trainer
+        P.gateway-instrumented
+      ];
+
+      # The hidden build inside the PGO stage: a dependency whose .drv carries -Cprofile-use of the
+      # merged profile.
+      profileUse = "-Cprofile-use=${P.gateway-profile}/gateway.profdata";
+      pgoBuilds = filter (p: hasInfix profileUse (readFile p)) (depsOf P.gateway-pgo);
+
+      # Every stage script that runs a tool must name it by the provider's store path.
+      scriptOf = d: d.args.script or "";
+    in
+    [
+      (check (s "provider is nixpkgs-fenix for ${system}, target ${triple}") (
+        tc.name == "nixpkgs-fenix" && tc.system == system && tc.target == triple
+      ))
+      (check (s "packages: gateway gateway-instrumented gateway-profile gateway-pgo gateway-pgo-bolt trainer gateway-oci default") (
+        all (n: hasAttr n pkgs) [
+          "gateway"
+          "gateway-instrumented"
+          "gateway-profile"
+          "gateway-pgo"
+          "gateway-pgo-bolt"
+          "trainer"
+          "gateway-oci"
+          "default"
+        ]
+      ))
+      (check (s "packages.default is gateway-pgo-bolt") (pkgs.default.drvPath == P.gateway-pgo-bolt.drvPath))
+      (check (s "every stage derivation names system ${system}") (
+        all (n: P.${n}.system == system) stageNames
+      ))
+      (check (s "the dependency builds of the cargo stages name system ${system}") (
+        all (b: b.args.cargoArtifacts.system == system) builds
+      ))
+
+      # buildDepsOnly once per RUSTFLAGS, the same flags/target/linker in the package build.
+      (check (s "each buildPackage reuses a buildDepsOnly with identical RUSTFLAGS, --target, linker") (
+        all (
+          b:
+          b.kind == "crane-package"
+          && b.args.cargoArtifacts.kind == "crane-deps"
+          && b.args.env.RUSTFLAGS == b.args.cargoArtifacts.args.env.RUSTFLAGS
+          && b.args.cargoExtraArgs == b.args.cargoArtifacts.args.cargoExtraArgs
+          && b.args.env.${linkerVar} == b.args.cargoArtifacts.args.env.${linkerVar}
+        ) builds
+      ))
+      (check (s "cargo builds pass --target ${triple} and -p <package>, doCheck = false") (
+        all (
+          b:
+          hasInfix "--target ${triple}" b.args.cargoExtraArgs
+          && hasInfix "-p ${b.package}" b.args.cargoExtraArgs
+          && b.args.doCheck == false
+          && b.args.cargoArtifacts.args.doCheck == false
+        ) builds
+      ))
+      (check (s "gateway-instrumented is built with -Cprofile-generate (and its deps too)") (
+        hasInfix "-Cprofile-generate" P.gateway-instrumented.args.env.RUSTFLAGS
+        && hasInfix "-Cprofile-generate" P.gateway-instrumented.args.cargoArtifacts.args.env.RUSTFLAGS
+      ))
+      (check (s "the plain gateway has no profile flags") (
+        !(hasInfix "-Cprofile" P.gateway.args.env.RUSTFLAGS)
+      ))
+      (check (s "linker: ${linkerVar} = the nixpkgs cc wrapper in every build") (
+        all (b: b.args.env.${linkerVar} == "${cc}/bin/cc") builds
+      ))
+      (check (s "linker: -Clinker-features=-lld on x86_64 only") (
+        all (
+          b: hasInfix "-Clinker-features=-lld" b.args.env.RUSTFLAGS == (system == "x86_64-linux")
+        ) builds
+      ))
+      (check (s "fenix toolchain has cargo, rustc, rust-std, llvm-tools; crane uses it") (
+        let
+          t = P.gateway.args.toolchain;
+        in
+        t.kind == "fenix-toolchain"
+        && all (c: elem c t.args.components) [
+          "cargo"
+          "rustc"
+          "rust-std"
+          "llvm-tools"
+        ]
+      ))
+
+      # The stage chain.
+      (check (s "gateway-training consumes gateway-instrumented and trainer") (
+        consumes P.gateway-training P.gateway-instrumented && consumes P.gateway-training P.trainer
+      ))
+      (check (s "gateway-profile consumes gateway-training") (consumes P.gateway-profile P.gateway-training))
+      (check (s "gateway-pgo consumes a build with -Cprofile-use=<gateway-profile>/gateway.profdata") (
+        length pgoBuilds == 1
+      ))
+      (check (s "gateway-bolt-instrumented consumes gateway-pgo") (
+        consumes P.gateway-bolt-instrumented P.gateway-pgo
+      ))
+      (check (s "gateway-bolt-training consumes gateway-bolt-instrumented and trainer") (
+        consumes P.gateway-bolt-training P.gateway-bolt-instrumented
+        && consumes P.gateway-bolt-training P.trainer
+      ))
+      (check (s "gateway-bolt-profile consumes gateway-bolt-training") (
+        consumes P.gateway-bolt-profile P.gateway-bolt-training
+      ))
+      (check (s "gateway-pgo-bolt consumes gateway-pgo, the merged profile, the BOLT profile, trainer, versions") (
+        consumes P.gateway-pgo-bolt P.gateway-pgo
+        && consumes P.gateway-pgo-bolt P.gateway-profile
+        && consumes P.gateway-pgo-bolt P.gateway-bolt-profile
+        && consumes P.gateway-pgo-bolt P.trainer
+        && consumes P.gateway-pgo-bolt P.versions
+      ))
+
+      # Tools by store path.
+      (check (s "tools are store paths: llvm-profdata from fenix llvm-tools, BOLT from llvmPackages_22.bolt") (
+        all isStorePath [
+          tools.llvmProfdata
+          tools.llvmBolt
+          tools.mergeFdata
+          tools.readelf
+          tools.boltRuntimeLib
+        ]
+        && tools.llvmProfdata == "${fakeFenix.packages.${system}.stable.llvm-tools}/lib/rustlib/${triple}/bin/llvm-profdata"
+        && tools.llvmBolt == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/llvm-bolt"
+        && tools.mergeFdata == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/merge-fdata"
+        && tools.boltRuntimeLib == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/lib/libbolt_rt_instr.a"
+      ))
+      (check (s "stages run the tools by those paths (profdata, bolt + runtime, merge-fdata)") (
+        hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
+        && hasInfix tools.llvmBolt (scriptOf P.gateway-bolt-instrumented)
+        && hasInfix tools.boltRuntimeLib (scriptOf P.gateway-bolt-instrumented)
+        && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-profile)
+        && hasInfix tools.llvmBolt (scriptOf P.gateway-pgo-bolt)
+      ))
+      (check (s "versions checks every tool, the LLVM majors and the linker") (
+        all (t: hasInfix t (scriptOf P.versions)) [
+          tools.llvmProfdata
+          tools.llvmBolt
+          tools.mergeFdata
+          tools.readelf
+          "Linker: LLD"
+          "--emit-relocs"
+          cc.bintools.dynamicLinker
+        ]
+        && P.versions.kind == "runCommandCC"
+      ))
+
+      # Checks.
+      (check (s "checks: tests clippy rustfmt proof holdout") (
+        all (n: hasAttr n checks) [
+          "tests"
+          "clippy"
+          "rustfmt"
+          "proof"
+          "holdout"
+        ]
+      ))
+      (check (s "checks.proof runs trainer verify-proof on gateway-pgo-bolt") (
+        hasInfix "/bin/trainer verify-proof" (scriptOf checks.proof)
+        && consumes checks.proof P.gateway-pgo-bolt
+        && consumes checks.proof P.trainer
+      ))
+      (check (s "checks.holdout runs trainer holdout on plain and optimized, requires the benchmark feature") (
+        elem "benchmark" (checks.holdout.requiredSystemFeatures or [ ])
+        && hasInfix "holdout" (scriptOf checks.holdout)
+        && hasInfix "--plain ${P.gateway}/bin/gateway" (scriptOf checks.holdout)
+        && hasInfix "--optimized ${P.gateway-pgo-bolt}/bin/gateway" (scriptOf checks.holdout)
+        && hasInfix "--shapes" (scriptOf checks.holdout)
+      ))
+      (check (s "checks.tests/clippy reuse one buildDepsOnly; tests run by nextest") (
+        checks.tests.kind == "crane-nextest"
+        && checks.clippy.kind == "crane-clippy"
+        && checks.tests.args.cargoArtifacts.drvPath == checks.clippy.args.cargoArtifacts.drvPath
+      ))
+
+      # Other outputs.
+      (check (s "gateway-oci runs gateway-pgo-bolt") (
+        pkgs.gateway-oci.kind == "oci"
+        && pkgs.gateway-oci.args.config.Entrypoint == [ "${P.gateway-pgo-bolt}/bin/gateway" ]
+      ))
+      (check (s "apps gateway and trainer") (
+        outputs.apps.${system}.gateway.program == "${P.gateway-pgo-bolt}/bin/gateway"
+        && outputs.apps.${system}.trainer.program == "${P.trainer}/bin/trainer"
+      ))
+      (check (s "devShells.default carries llvm-profdata, llvm-bolt and the trainer") (
+        let
+          d = outputs.devShells.${system}.default;
+        in
+        consumes d P.trainer
+        && consumes d fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt
+        && d.args.LLVM_PROFDATA == tools.llvmProfdata
+      ))
+      (check (s "formatter") (outputs.formatter.${system}.kind == "package"))
+      (check (s "hydraJobs: packages and checks") (
+        attrNames outputs.hydraJobs.packages.${system} == attrNames pkgs
+        && attrNames outputs.hydraJobs.checks.${system} == attrNames checks
+      ))
+    ];
+
+  # ---- the NixOS module, with a minimal fake of the module system's lib ---------------------
+
+  moduleChecks =
+    let
+      moduleLib = {
+        mkEnableOption = d: {
+          default = false;
+          description = d;
+        };
+        mkOption = o: o;
+        mkIf = c: v: if c then v else { };
+        mkDefault = x: x;
+        literalExpression = x: x;
+        optionals = c: l: if c then l else [ ];
+        types = {
+          package = "package";
+          path = "path";
+          bool = "bool";
+          int = "int";
+          nullOr = t: "nullOr ${t}";
+          listOf = t: "listOf ${t}";
+        };
+      };
+      pkgs = fakePkgs "x86_64-linux";
+      module = import ../nixos-module.nix;
+      call =
+        cfgValues:
+        module {
+          config.services.llm-gateway = cfgValues;
+          lib = moduleLib;
+          inherit pkgs;
+        };
+      opts = (call (throw "options must not depend on config")).options.services.llm-gateway;
+      defaults = listToAttrs (
+        map (n: {
+          name = n;
+          value = opts.${n}.default or null;
+        }) (attrNames opts)
+      );
+      gw = pkgs.runCommand "fake-gateway" { } "";
+      cfg = (call (defaults // {
+        enable = true;
+        package = gw;
+        environmentFiles = [ "/run/secrets/llm-gateway.env" ];
+      })).config;
+      svc = cfg.systemd.services.llm-gateway;
+      sc = svc.serviceConfig;
+      wrapper = outputs.nixosModules.default {
+        inherit pkgs;
+        lib = moduleLib;
+      };
+    in
+    [
+      (check "nixos module: hardened service (DynamicUser, ProtectSystem=strict, EnvironmentFile, no capabilities)" (
+        sc.DynamicUser == true
+        && sc.ProtectSystem == "strict"
+        && sc.ProtectHome == true
+        && sc.NoNewPrivileges == true
+        && sc.PrivateDevices == true
+        && sc.CapabilityBoundingSet == ""
+        && sc.EnvironmentFile == [ "/run/secrets/llm-gateway.env" ]
+        && sc.MemoryDenyWriteExecute == true
+        && elem "@system-service" sc.SystemCallFilter
+      ))
+      (check "nixos module: validates the config, then serves it" (
+        hasInfix "${gw}/bin/gateway validate --config " sc.ExecStartPre
+        && hasInfix "${gw}/bin/gateway --config " sc.ExecStart
+      ))
+      (check "nixos module: disabled means no service" ((call (defaults // { enable = false; })).config == { }))
+      (check "nixosModules.default imports nix/nixos-module.nix and defaults package to gateway-pgo-bolt" (
+        isFunction outputs.nixosModules.default
+        && wrapper.services.llm-gateway.package.drvPath
+          == outputs.packages.x86_64-linux.gateway-pgo-bolt.drvPath
+        && length wrapper.imports == 1
+      ))
+    ];
+
+  results = builtins.concatLists (map perSystem systems) ++ moduleChecks;
+  failed = filter (r: !r.ok) results;
+in
+if failed == [ ] then
+  derivation {
+    name = "flake-eval-ok";
+    system = builtins.currentSystem;
+    builder = "/bin/sh";
+    args = [
+      "-c"
+      "echo ${toString (length results)} flake wiring assertions passed > $out"
+    ];
+  }
+else
+  throw ''
+    flake-eval: ${toString (length failed)} of ${toString (length results)} assertions failed; miswired:
+      - ${concatStringsSep "\n  - " (map (r: r.name) failed)}
+  ''
