@@ -1,0 +1,102 @@
+"""Fixtures for the SDK conformance tests: the real gateway in front of the trainer's mock.
+
+Set GATEWAY_BIN to test another gateway binary (for example `result/bin/gateway`) instead of the
+cargo debug build.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _start(cmd, marker, env=None):
+    """Start CMD and wait until it prints MARKER ADDR on stderr; returns (proc, addr, lines)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    lines = []
+    found = threading.Event()
+    addr = {}
+
+    def pump():
+        for line in proc.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.startswith(marker) and not found.is_set():
+                addr["a"] = line[len(marker):].strip()
+                found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not found.wait(20):
+        proc.kill()
+        raise AssertionError(f"{cmd[0]} never printed {marker!r}: {lines}")
+    return proc, addr["a"], lines
+
+
+def _stop(proc, timeout=10):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError("process did not exit within 10 s of SIGTERM")
+
+
+@pytest.fixture(scope="session")
+def binaries():
+    subprocess.run(["cargo", "build", "-q", "-p", "gateway", "-p", "trainer"], cwd=ROOT, check=True)
+    gateway = os.environ.get("GATEWAY_BIN") or str(ROOT / "target" / "debug" / "gateway")
+    return gateway, str(ROOT / "target" / "debug" / "trainer")
+
+
+@pytest.fixture(scope="session")
+def gateway_addr(binaries):
+    gateway, trainer = binaries
+    mock, mock_addr, _ = _start([trainer, "mock", "--listen", "127.0.0.1:0"], "mock listening on ")
+    cfg = {
+        "listen": "127.0.0.1:0",
+        "workers": 2,
+        "timeouts": {"upstream_ms": 10000},
+        "providers": {
+            "up-openai": {"kind": "openai", "base_url": f"http://{mock_addr}",
+                          "api_key_env": "CONFORMANCE_OPENAI_KEY"},
+            "up-anthropic": {"kind": "anthropic", "base_url": f"http://{mock_addr}",
+                             "api_key_env": "CONFORMANCE_ANTHROPIC_KEY"},
+        },
+        "models": {
+            "gpt": {"provider": "up-openai", "model": "mock-gpt"},
+            "claude": {"provider": "up-anthropic", "model": "mock-claude"},
+        },
+    }
+    with tempfile.TemporaryDirectory() as d:
+        path = pathlib.Path(d) / "config.json"
+        path.write_text(json.dumps(cfg))
+        env = dict(os.environ, CONFORMANCE_OPENAI_KEY="sk-up-openai",
+                   CONFORMANCE_ANTHROPIC_KEY="sk-up-anthropic")
+        gw, addr, lines = _start([gateway, "--config", str(path)], "listening on ", env=env)
+        try:
+            yield addr
+        finally:
+            code = _stop(gw)
+            _stop(mock)
+            time.sleep(0.05)
+            assert code == 0, f"gateway exited {code} after SIGTERM; stderr: {lines[-20:]}"
+
+
+@pytest.fixture(scope="session")
+def openai_client(gateway_addr):
+    import openai
+    return openai.OpenAI(base_url=f"http://{gateway_addr}/v1", api_key="sk-client", max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def anthropic_client(gateway_addr):
+    import anthropic
+    return anthropic.Anthropic(base_url=f"http://{gateway_addr}", api_key="sk-client", max_retries=0)
