@@ -1,8 +1,584 @@
-//! A/B bench (stub; owned by the bench work).
+//! `trainer bench`: an anchored, interleaved A/B benchmark of gateway binaries on one shape.
+//!
+//! One batch: start the mock (pinned to the rig CPU), measure the rig floor (load generator
+//! straight to the mock), then run the legs `A V1 V2 .. A V1 V2 .. A` — the baseline `A` first,
+//! last and between every round — each leg in a fresh gateway process pinned to the gateway
+//! CPU: preflight the port, warm up, measure one fixed-length window, SIGTERM. Any failed
+//! request, a gateway that does not exit 0, or a port held by someone else makes the batch
+//! invalid. See docs/bench.md.
 
-#[derive(clap::Args)]
-pub struct BenchArgs {}
+mod driver;
+mod pin;
+mod procfs;
+mod report;
+mod rig;
+mod stats;
+mod wire;
 
-pub fn run(_args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bench: not implemented yet")
+#[cfg(test)]
+pub use report::synthetic as report_synthetic;
+pub use report::{render_table, Report};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use report::{Binary, Leg, RigFloor, Settings, Window};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// `LABEL=PATH`.
+#[derive(Clone, Debug)]
+pub struct Labeled {
+    pub label: String,
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for Labeled {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (label, path) = s
+            .split_once('=')
+            .ok_or_else(|| format!("expected LABEL=PATH, got `{s}`"))?;
+        if label.is_empty() || path.is_empty() {
+            return Err(format!("expected LABEL=PATH, got `{s}`"));
+        }
+        Ok(Labeled {
+            label: label.to_string(),
+            path: PathBuf::from(path),
+        })
+    }
+}
+
+/// Knobs shared by `bench` and `holdout`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct Knobs {
+    /// Rounds: each round is one leg of every variant followed by a baseline leg; the batch
+    /// opens with a baseline leg too, so the baseline runs N+1 times.
+    #[arg(long, default_value_t = 3)]
+    pub legs: usize,
+    /// Length of each measurement window.
+    #[arg(long, default_value_t = 5.0)]
+    pub window_secs: f64,
+    /// Load before each window that is not measured.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup_secs: f64,
+    /// Concurrent keep-alive connections of the load generator.
+    #[arg(long, default_value_t = 16)]
+    pub connections: usize,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// CPU for the gateway (one worker).
+    #[arg(long, default_value_t = 0)]
+    pub gateway_cpu: usize,
+    /// CPU for the load generator and the mock.
+    #[arg(long, default_value_t = 1)]
+    pub rig_cpu: usize,
+    /// Run without CPU pinning (for machines with one CPU; the figures then mean less).
+    #[arg(long)]
+    pub no_pin: bool,
+    /// The noise band is never narrower than this (percent).
+    #[arg(long, default_value_t = 1.0)]
+    pub min_band_pct: f64,
+    /// HTTP client of the load generator.
+    #[arg(long, value_enum, default_value_t = driver::ClientKind::Raw)]
+    pub client: driver::ClientKind,
+    /// Binary providing `mock` (default: this trainer).
+    #[arg(long)]
+    pub mock_bin: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Shape file (shapes/NAME.json); its payload path is relative to the file's directory.
+    #[arg(long)]
+    pub shape: PathBuf,
+    /// The baseline binary, LABEL=PATH (its legs are the anchors).
+    #[arg(long)]
+    pub baseline: Labeled,
+    /// A binary to compare, LABEL=PATH; repeatable.
+    #[arg(long = "variant", required = true)]
+    pub variants: Vec<Labeled>,
+    #[command(flatten)]
+    pub knobs: Knobs,
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let report = run_batch(&args.shape, &args.baseline, &args.variants, &args.knobs)?;
+    print!("{}", report::render_table(&report));
+    write_json(&report, args.knobs.json.as_deref())?;
+    if !report.valid {
+        bail!("bench batch invalid: {}", report.problems.join("; "));
+    }
+    Ok(())
+}
+
+pub fn write_json(report: &Report, path: Option<&Path>) -> Result<()> {
+    if let Some(p) = path {
+        let mut text = serde_json::to_string_pretty(report)?;
+        text.push('\n');
+        std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("bench: report written to {}", p.display());
+    }
+    Ok(())
+}
+
+/// The fields of a shape file the bench uses.
+#[derive(serde::Deserialize, Clone, Debug)]
+pub struct Shape {
+    pub name: String,
+    pub endpoint: String,
+    #[serde(default)]
+    pub stream: bool,
+    pub payload: String,
+    pub model: String,
+    pub upstream: String,
+    #[serde(default = "default_posture")]
+    pub posture: String,
+}
+
+fn default_posture() -> String {
+    "default".into()
+}
+
+pub fn load_shape(path: &Path) -> Result<(Shape, Bytes)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading shape {}", path.display()))?;
+    let shape: Shape =
+        serde_json::from_str(&text).with_context(|| format!("parsing shape {}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let payload_path = dir.join(&shape.payload);
+    let body = std::fs::read(&payload_path).with_context(|| {
+        format!(
+            "reading payload {} of shape {}",
+            payload_path.display(),
+            shape.name
+        )
+    })?;
+    Ok((shape, Bytes::from(body)))
+}
+
+fn check_binary(p: &Path) -> Result<PathBuf> {
+    let abs = std::fs::canonicalize(p).with_context(|| format!("binary {}", p.display()))?;
+    if !abs.is_file() {
+        bail!("{} is not a file", abs.display());
+    }
+    Ok(abs)
+}
+
+fn secs(x: f64) -> Duration {
+    Duration::from_secs_f64(x.max(0.0))
+}
+
+fn window_figures(o: &driver::Outcome, seconds: f64) -> Window {
+    let ms = |p| stats::percentile(&o.latencies_us, p).map_or(f64::NAN, |us| us as f64 / 1000.0);
+    Window {
+        requests: o.window_ok,
+        failed: o.window_failed,
+        failed_outside_window: o.other_failed,
+        seconds,
+        rps: if seconds > 0.0 {
+            o.window_ok as f64 / seconds
+        } else {
+            0.0
+        },
+        p50_ms: ms(50.0),
+        p99_ms: ms(99.0),
+        first_error: o.first_error.clone(),
+        ..Default::default()
+    }
+}
+
+fn window_problem(what: &str, w: &Window) -> Option<String> {
+    if w.failed == 0 && w.failed_outside_window == 0 && w.requests > 0 {
+        return None;
+    }
+    let cause = w.first_error.as_deref().unwrap_or("no error recorded");
+    if w.requests == 0 && w.failed == 0 {
+        return Some(format!(
+            "{what}: no request completed in the window ({cause})"
+        ));
+    }
+    Some(format!(
+        "{what}: {} failed requests in the window, {} outside it; first: {cause}",
+        w.failed, w.failed_outside_window
+    ))
+}
+
+/// CPU counters read at both edges of a window.
+struct Snap {
+    gateway: Option<u64>,
+    mock: u64,
+    me: u64,
+    gw_core: Option<(u64, u64)>,
+    rig_core: Option<(u64, u64)>,
+}
+
+fn snap(gateway: Option<u32>, mock: u32, cores: Option<(usize, usize)>) -> Result<Snap> {
+    Ok(Snap {
+        gateway: gateway.map(procfs::cpu_ticks).transpose()?,
+        mock: procfs::cpu_ticks(mock).unwrap_or(0),
+        me: procfs::cpu_ticks(std::process::id()).unwrap_or(0),
+        gw_core: cores.and_then(|(g, _)| procfs::cpu_busy_total(g)),
+        rig_core: cores.and_then(|(_, r)| procfs::cpu_busy_total(r)),
+    })
+}
+
+/// Busy share of a core over the window and the part of it not accounted to `ours` ticks.
+fn core_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>, ours: u64) -> Option<(f64, f64)> {
+    let ((b0, t0), (b1, t1)) = (a?, b?);
+    let total = t1.saturating_sub(t0);
+    if total == 0 {
+        return None;
+    }
+    let busy = b1.saturating_sub(b0);
+    Some((
+        busy as f64 / total as f64 * 100.0,
+        busy.saturating_sub(ours) as f64 / total as f64 * 100.0,
+    ))
+}
+
+/// Warm up, measure one window against `target`; returns the window and, when `gateway_pid`
+/// is given, the gateway's CPU ticks over it and its peak RSS.
+fn measure(
+    target: driver::Target,
+    k: &Knobs,
+    cores: Option<(usize, usize)>,
+    mock_pid: u32,
+    gateway_pid: Option<u32>,
+) -> Result<(Window, Option<u64>, Option<u64>)> {
+    let hz = procfs::clock_ticks_per_sec() as f64;
+    let load = driver::LoadRun::start(target, k.connections, cores.map(|c| c.1))?;
+    std::thread::sleep(secs(k.warmup_secs));
+    let s0 = snap(gateway_pid, mock_pid, cores)?;
+    let t0 = load.begin_window();
+    std::thread::sleep(secs(k.window_secs));
+    let t1 = load.end_window();
+    let s1 = snap(gateway_pid, mock_pid, cores)?;
+    let rss = gateway_pid.map(procfs::peak_rss_kib).transpose()?;
+    let outcome = load.finish()?;
+    let mut w = window_figures(&outcome, (t1 - t0).as_secs_f64());
+    let gw_ticks = match (s0.gateway, s1.gateway) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let per_req = |ticks: u64| {
+        if w.requests > 0 {
+            ticks as f64 / hz * 1e6 / w.requests as f64
+        } else {
+            f64::NAN
+        }
+    };
+    let mock_ticks = s1.mock.saturating_sub(s0.mock);
+    let me_ticks = s1.me.saturating_sub(s0.me);
+    w.loadgen_cpu_us_per_req = per_req(me_ticks);
+    w.mock_cpu_us_per_req = per_req(mock_ticks);
+    if let Some((busy, other)) = core_share(s0.gw_core, s1.gw_core, gw_ticks.unwrap_or(0)) {
+        w.gateway_core_busy_pct = Some(busy);
+        w.gateway_core_other_pct = Some(other);
+    }
+    if let Some((busy, other)) = core_share(s0.rig_core, s1.rig_core, mock_ticks + me_ticks) {
+        w.rig_core_busy_pct = Some(busy);
+        w.rig_core_other_pct = Some(other);
+    }
+    Ok((w, gw_ticks, rss))
+}
+
+/// The rate-limited posture needs a `limits` section whose format the contracts do not fix
+/// yet; until they do, the bench runs such a shape with the default posture and says so.
+fn posture_note(shape: &Shape) -> Option<String> {
+    (shape.posture != "default").then(|| {
+        format!(
+            "shape posture `{}`: the bench config has no limits section (format not in \
+             docs/contracts.md yet); measured with the default posture",
+            shape.posture
+        )
+    })
+}
+
+pub fn run_batch(
+    shape_path: &Path,
+    baseline: &Labeled,
+    variants: &[Labeled],
+    k: &Knobs,
+) -> Result<Report> {
+    if k.legs == 0 {
+        bail!("--legs must be at least 1");
+    }
+    if k.window_secs <= 0.0 {
+        bail!("--window-secs must be positive");
+    }
+    let (shape, body) = load_shape(shape_path)?;
+    let base_bin = check_binary(&baseline.path)?;
+    let mut var_bins = Vec::new();
+    for v in variants {
+        if v.label == baseline.label {
+            bail!("variant label `{}` is the baseline's label", v.label);
+        }
+        var_bins.push(check_binary(&v.path)?);
+    }
+    let mock_bin = match &k.mock_bin {
+        Some(p) => check_binary(p)?,
+        None => std::env::current_exe().context("locating this trainer for `mock`")?,
+    };
+
+    // Pinning: this process (and so the load thread and the mock) on the rig CPU, each gateway
+    // on the gateway CPU.
+    let (gw_cpu, rig_cpu) = if k.no_pin {
+        (None, None)
+    } else {
+        let allowed = pin::allowed_cpus();
+        if k.gateway_cpu == k.rig_cpu {
+            bail!("--gateway-cpu and --rig-cpu must differ (or pass --no-pin)");
+        }
+        for c in [k.gateway_cpu, k.rig_cpu] {
+            if !allowed.contains(&c) {
+                bail!("cpu {c} is not available to this process (allowed: {allowed:?}); choose others with --gateway-cpu/--rig-cpu, or pass --no-pin");
+            }
+        }
+        pin::pin_current_thread(k.rig_cpu)?;
+        (Some(k.gateway_cpu), Some(k.rig_cpu))
+    };
+
+    let mut binaries = vec![Binary {
+        label: baseline.label.clone(),
+        path: base_bin.display().to_string(),
+        role: "baseline",
+    }];
+    for (v, p) in variants.iter().zip(&var_bins) {
+        binaries.push(Binary {
+            label: v.label.clone(),
+            path: p.display().to_string(),
+            role: "variant",
+        });
+    }
+    let settings = Settings {
+        shape: shape.name.clone(),
+        endpoint: shape.endpoint.clone(),
+        stream: shape.stream,
+        posture: shape.posture.clone(),
+        connections: k.connections,
+        rounds: k.legs,
+        window_secs: k.window_secs,
+        warmup_secs: k.warmup_secs,
+        min_band_pct: k.min_band_pct,
+        gateway_cpu: gw_cpu,
+        rig_cpu,
+        gateway_workers: 1,
+        load_client: format!("{:?}", k.client).to_lowercase(),
+        binaries: binaries.clone(),
+    };
+    let mut report = Report {
+        schema: 1,
+        valid: true,
+        problems: Vec::new(),
+        flags: posture_note(&shape).into_iter().collect(),
+        settings,
+        rig_floor: None,
+        anchors: None,
+        summaries: Vec::new(),
+        legs: Vec::new(),
+    };
+
+    // Order: A, then per round every variant followed by A.
+    let mut order: Vec<usize> = vec![0];
+    for _ in 0..k.legs {
+        order.extend(1..binaries.len());
+        order.push(0);
+    }
+    let total = order.len();
+    let per_leg = k.warmup_secs + k.window_secs + 0.5;
+    eprintln!(
+        "bench: shape {} — {} legs + rig floor, about {:.0} s",
+        shape.name,
+        total,
+        per_leg * (total + 1) as f64
+    );
+
+    let scratch = rig::Scratch::new()?;
+    let (mut mock, mock_addr) = rig::start_mock(&mock_bin, &scratch.0, rig_cpu)?;
+    eprintln!("bench: mock at {mock_addr} (pid {})", mock.pid());
+    let hz = procfs::clock_ticks_per_sec() as f64;
+    let cores = gw_cpu.zip(rig_cpu);
+    let mock_pid = mock.pid();
+    let started = Instant::now();
+
+    // Rig floor: the same load straight at the mock.
+    let floor_target = driver::Target {
+        addr: mock_addr,
+        path: shape.endpoint.clone(),
+        body: body.clone(),
+        stream: shape.stream,
+        client: k.client,
+    };
+    let (fw, _, _) = measure(floor_target, k, cores, mock.pid(), None)?;
+    eprintln!(
+        "bench: [rig floor] {:.0} rps, p50 {:.3} ms, p99 {:.3} ms; rig cpu per request: load \
+         generator {:.2} us, mock {:.2} us",
+        fw.rps, fw.p50_ms, fw.p99_ms, fw.loadgen_cpu_us_per_req, fw.mock_cpu_us_per_req
+    );
+    if let Some(p) = window_problem("rig floor", &fw) {
+        report.problems.push(p);
+    }
+    report.rig_floor = Some(RigFloor {
+        window: fw,
+        headroom_x: f64::NAN,
+        flagged: false,
+    });
+
+    for (i, &bi) in order.iter().enumerate() {
+        if !report.problems.is_empty() {
+            break;
+        }
+        let bin = &binaries[bi];
+        let path = if bi == 0 {
+            &base_bin
+        } else {
+            &var_bins[bi - 1]
+        };
+        match run_leg(
+            i + 1,
+            bin,
+            path,
+            &shape,
+            &body,
+            (mock_addr, mock_pid),
+            k,
+            cores,
+            hz,
+        ) {
+            Ok((leg, problem)) => {
+                eprintln!(
+                    "bench: [{}/{total}] {:<10} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  {:.2} us/req  \
+                     gw cpu {:.0}%  rss {:.1} MiB  ({:.0} s elapsed)",
+                    i + 1,
+                    leg.label,
+                    leg.window.rps,
+                    leg.window.p50_ms,
+                    leg.window.p99_ms,
+                    leg.cpu_us_per_req,
+                    leg.gateway_cpu_pct,
+                    leg.peak_rss_kib as f64 / 1024.0,
+                    started.elapsed().as_secs_f64()
+                );
+                report.legs.push(leg);
+                if let Some(p) = problem {
+                    report.problems.push(p);
+                }
+            }
+            Err(e) => report
+                .problems
+                .push(format!("leg {} ({}): {e:#}", i + 1, bin.label)),
+        }
+    }
+    if let Err(e) = mock.terminate() {
+        report.flags.push(format!("mock stop: {e:#}"));
+    }
+    report.valid = report.problems.is_empty();
+    report::summarize(&mut report);
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_leg(
+    index: usize,
+    bin: &Binary,
+    path: &Path,
+    shape: &Shape,
+    body: &Bytes,
+    (mock_addr, mock_pid): (SocketAddr, u32),
+    k: &Knobs,
+    cores: Option<(usize, usize)>,
+    hz: f64,
+) -> Result<(Leg, Option<String>)> {
+    let port = rig::free_port()?;
+    let listen: SocketAddr = ([127, 0, 0, 1], port).into();
+    let config = rig::gateway_config(listen, mock_addr, &shape.model, &shape.upstream);
+    let scratch = rig::Scratch::new()?;
+    let mut gw = rig::start_gateway(path, &config, listen, &scratch.0, index, cores.map(|c| c.0))?;
+    let pid = gw.pid();
+    let listeners = rig::check_port_owner(port, pid)?;
+    let cpus_allowed = procfs::cpus_allowed_list(pid);
+    let target = driver::Target {
+        addr: listen,
+        path: shape.endpoint.clone(),
+        body: body.clone(),
+        stream: shape.stream,
+        client: k.client,
+    };
+    let (w, ticks, rss) = measure(target, k, cores, mock_pid, Some(pid))?;
+    let cpu_secs = ticks.unwrap_or(0) as f64 / hz;
+    let exit = match gw.terminate() {
+        Ok(st) => rig::describe_exit(st),
+        Err(e) => format!("{e:#}"),
+    };
+    let mut problem = window_problem(&format!("leg {index} ({})", bin.label), &w);
+    if problem.is_none() && exit != "exit status 0" {
+        problem = Some(format!(
+            "leg {index} ({}): gateway did not exit cleanly after SIGTERM: {exit}; log: {}",
+            bin.label,
+            gw.log_tail()
+        ));
+    }
+    let leg = Leg {
+        index,
+        label: bin.label.clone(),
+        role: bin.role,
+        pid,
+        cpu_us_per_req: if w.requests > 0 {
+            cpu_secs * 1e6 / w.requests as f64
+        } else {
+            f64::NAN
+        },
+        gateway_cpu_pct: if w.seconds > 0.0 {
+            cpu_secs / w.seconds * 100.0
+        } else {
+            0.0
+        },
+        peak_rss_kib: rss.unwrap_or(0),
+        listeners,
+        cpus_allowed,
+        exit,
+        window: w,
+    };
+    Ok((leg, problem))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labeled_parse() {
+        let l: Labeled = "pgo-bolt=/nix/store/x/bin/gateway".parse().unwrap();
+        assert_eq!(l.label, "pgo-bolt");
+        assert_eq!(l.path, PathBuf::from("/nix/store/x/bin/gateway"));
+        assert!("noequals".parse::<Labeled>().is_err());
+        assert!("=path".parse::<Labeled>().is_err());
+        assert!("label=".parse::<Labeled>().is_err());
+    }
+
+    #[test]
+    fn window_problems() {
+        let ok = Window {
+            requests: 10,
+            ..Default::default()
+        };
+        assert!(window_problem("x", &ok).is_none());
+        let failed = Window {
+            requests: 10,
+            failed: 1,
+            first_error: Some("status 502".into()),
+            ..Default::default()
+        };
+        assert!(window_problem("x", &failed).unwrap().contains("status 502"));
+        let warm = Window {
+            requests: 10,
+            failed_outside_window: 2,
+            ..Default::default()
+        };
+        assert!(window_problem("x", &warm).is_some());
+        let empty = Window::default();
+        assert!(window_problem("x", &empty).unwrap().contains("no request"));
+    }
 }

@@ -1,0 +1,383 @@
+//! Child processes of a batch: the mock upstream and one fresh gateway per leg, each pinned to
+//! its CPU; the gateway's config, readiness, port-ownership preflight and clean stop.
+
+use super::procfs;
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new() -> Result<Scratch> {
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = base.join(format!("trainer-bench-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Pin the child to `cpu` and put it in its own process group, so that whatever it spawns can
+/// be killed with it.
+fn pinned(cmd: &mut Command, cpu: Option<usize>) {
+    // SAFETY: the closure only makes async-signal-safe syscalls.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(cpu) = cpu {
+                if super::pin::set_affinity_raw(0, cpu) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+fn tail(path: &Path, max: usize) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return String::new();
+    };
+    let start = bytes.len().saturating_sub(max);
+    String::from_utf8_lossy(&bytes[start..]).trim().to_string()
+}
+
+/// A child that is killed on drop unless it was stopped cleanly.
+pub struct Proc {
+    pub child: Option<Child>,
+    pub log: PathBuf,
+    pub what: String,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn log_tail(&self) -> String {
+        tail(&self.log, 1500)
+    }
+
+    fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGTERM, then wait for the exit (SIGKILL after a timeout).
+    pub fn terminate(&mut self) -> Result<ExitStatus> {
+        let Some(mut child) = self.child.take() else {
+            bail!("{}: already stopped", self.what);
+        };
+        // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(st) = child.try_wait()? {
+                return Ok(st);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "{} did not exit within {STOP_TIMEOUT:?} of SIGTERM (killed)",
+                    self.what
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory-safety preconditions; the group is the child's own.
+            unsafe {
+                libc::kill(-(c.id() as libc::pid_t), libc::SIGKILL);
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn describe_exit(st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        _ => format!("{st}"),
+    }
+}
+
+/// Start `MOCK_BIN mock --listen 127.0.0.1:0 --addr-file F`, pinned; returns once the address
+/// file is written.
+pub fn start_mock(
+    mock_bin: &Path,
+    scratch: &Path,
+    cpu: Option<usize>,
+) -> Result<(Proc, SocketAddr)> {
+    let addr_file = scratch.join("mock.addr");
+    let log = scratch.join("mock.log");
+    let _ = std::fs::remove_file(&addr_file);
+    let mut cmd = Command::new(mock_bin);
+    cmd.arg("mock")
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--addr-file")
+        .arg(&addr_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log)?);
+    pinned(&mut cmd, cpu);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting the mock: {} mock", mock_bin.display()))?;
+    let mut proc = Proc {
+        child: Some(child),
+        log,
+        what: "mock".into(),
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&addr_file) {
+            if let Ok(addr) = text.trim().parse::<SocketAddr>() {
+                return Ok((proc, addr));
+            }
+        }
+        if let Some(st) = proc.exited() {
+            bail!(
+                "the mock exited before writing its address ({}): {}",
+                describe_exit(st),
+                proc.log_tail()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the mock wrote no address within {READY_TIMEOUT:?}: {}",
+                proc.log_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A free loopback port (bound and released; the preflight checks nobody took it since).
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The gateway config for a bench leg: one worker, both providers at the mock, the shape's
+/// model alias routed to the shape's upstream kind.
+pub fn gateway_config(
+    listen: SocketAddr,
+    mock: SocketAddr,
+    model_alias: &str,
+    upstream: &str,
+) -> serde_json::Value {
+    let base = format!("http://{mock}");
+    let mut models = serde_json::Map::new();
+    models.insert(
+        "gpt-4o-mini".into(),
+        serde_json::json!({ "provider": "up-openai", "model": "mock-gpt" }),
+    );
+    models.insert(
+        "claude-haiku".into(),
+        serde_json::json!({ "provider": "up-anthropic", "model": "mock-claude" }),
+    );
+    let (provider, model) = if upstream == "anthropic" {
+        ("up-anthropic", "mock-claude")
+    } else {
+        ("up-openai", "mock-gpt")
+    };
+    models.insert(
+        model_alias.into(),
+        serde_json::json!({ "provider": provider, "model": model }),
+    );
+    serde_json::json!({
+        "listen": listen.to_string(),
+        "workers": 1,
+        "providers": {
+            "up-openai": { "kind": "openai", "base_url": base, "api_key_env": "UPSTREAM_OPENAI_KEY" },
+            "up-anthropic": { "kind": "anthropic", "base_url": base, "api_key_env": "UPSTREAM_ANTHROPIC_KEY" }
+        },
+        "models": models,
+    })
+}
+
+fn livez(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(
+        format!("GET /livez HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .is_err()
+    {
+        return false;
+    }
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    while n < 12 {
+        match s.read(&mut buf[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    buf[..n].starts_with(b"HTTP/1.1 200") || buf[..n].starts_with(b"HTTP/1.0 200")
+}
+
+/// Start a gateway for one leg, pinned, and wait for `/livez`. Refuses to start when something
+/// already listens on the port.
+pub fn start_gateway(
+    bin: &Path,
+    config: &serde_json::Value,
+    listen: SocketAddr,
+    scratch: &Path,
+    leg: usize,
+    cpu: Option<usize>,
+) -> Result<Proc> {
+    let before = procfs::listen_inodes(listen.port());
+    if !before.is_empty() {
+        bail!(
+            "preflight: port {} already has a listener before the gateway starts (held by {:?})",
+            listen.port(),
+            procfs::owners_of(&before)
+        );
+    }
+    let cfg_path = scratch.join(format!("gateway-{leg}.json"));
+    std::fs::write(&cfg_path, serde_json::to_vec_pretty(config)?)?;
+    let log = scratch.join(format!("gateway-{leg}.log"));
+    let mut cmd = Command::new(bin);
+    cmd.arg("--config")
+        .arg(&cfg_path)
+        .env("UPSTREAM_OPENAI_KEY", "bench-upstream-key")
+        .env("UPSTREAM_ANTHROPIC_KEY", "bench-upstream-key")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log)?)
+        .stderr(std::fs::File::options().append(true).open(&log)?);
+    pinned(&mut cmd, cpu);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting gateway {}", bin.display()))?;
+    let mut proc = Proc {
+        child: Some(child),
+        log,
+        what: format!("gateway {}", bin.display()),
+    };
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Some(st) = proc.exited() {
+            bail!(
+                "{} exited before answering /livez ({}): {}",
+                proc.what,
+                describe_exit(st),
+                proc.log_tail()
+            );
+        }
+        if livez(listen) {
+            return Ok(proc);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} did not answer GET /livez on {listen} within {READY_TIMEOUT:?}: {}",
+                proc.what,
+                proc.log_tail()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Port-ownership preflight: every LISTEN socket on the port is in the fd table of `pid`, and
+/// there is at least one.
+pub fn check_port_owner(port: u16, pid: u32) -> Result<usize> {
+    let listeners = procfs::listen_inodes(port);
+    if listeners.is_empty() {
+        bail!("preflight: no LISTEN socket on port {port} although /livez answered");
+    }
+    let mine = procfs::socket_inodes_of(pid)?;
+    let foreign: Vec<u64> = listeners
+        .iter()
+        .copied()
+        .filter(|i| !mine.contains(i))
+        .collect();
+    if !foreign.is_empty() {
+        bail!(
+            "preflight: port {port} has listeners not owned by the gateway the bench started \
+             (pid {pid}): {:?}",
+            procfs::owners_of(&foreign)
+        );
+    }
+    Ok(listeners.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_owner_preflight() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert_eq!(check_port_owner(port, std::process::id()).unwrap(), 1);
+        // Held by this test process, so not by a child the bench would have started.
+        let child = Command::new("sleep").arg("5").spawn().unwrap();
+        let mut p = Proc {
+            child: Some(child),
+            log: PathBuf::from("/nonexistent"),
+            what: "sleep".into(),
+        };
+        let err = check_port_owner(port, p.pid()).unwrap_err().to_string();
+        assert!(err.contains("not owned"), "{err}");
+        drop(l);
+        assert!(check_port_owner(port, p.pid())
+            .unwrap_err()
+            .to_string()
+            .contains("no LISTEN"));
+        // SIGTERM stop reports how it ended.
+        let st = p.terminate().unwrap();
+        assert_eq!(describe_exit(st), "killed by signal 15");
+    }
+
+    #[test]
+    fn config_routes_the_alias_to_the_shape_upstream() {
+        let c = gateway_config(
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+            "bridge-alias",
+            "anthropic",
+        );
+        assert_eq!(c["workers"], 1);
+        assert_eq!(c["models"]["bridge-alias"]["provider"], "up-anthropic");
+        assert_eq!(
+            c["providers"]["up-openai"]["base_url"],
+            "http://127.0.0.1:2"
+        );
+        assert_eq!(c["listen"], "127.0.0.1:1");
+    }
+}
