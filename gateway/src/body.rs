@@ -22,13 +22,13 @@ use crate::sse::{SseEvent, SseSplitter};
 pub type GwResponse = Response<GwBody>;
 
 pub enum GwBody {
-    Full(Option<Bytes>),
+    Full(UpBody),
     Sse(Box<SseBody>),
 }
 
 impl GwBody {
     pub fn full(b: impl Into<Bytes>) -> Self {
-        GwBody::Full(Some(b.into()))
+        GwBody::Full(UpBody::one(b.into()))
     }
 }
 
@@ -41,26 +41,32 @@ impl Body for GwBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.get_mut() {
-            GwBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            GwBody::Full(b) => Pin::new(b).poll_frame(cx),
             GwBody::Sse(s) => s.poll_next(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, GwBody::Full(None))
+        match self {
+            GwBody::Full(b) => b.is_end_stream(),
+            GwBody::Sse(_) => false,
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            GwBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
-            GwBody::Full(None) => SizeHint::with_exact(0),
+            GwBody::Full(b) => b.size_hint(),
             GwBody::Sse(_) => SizeHint::default(),
         }
     }
 }
 
 pub fn json_response(status: StatusCode, body: Bytes) -> GwResponse {
-    let mut r = Response::new(GwBody::full(body));
+    json_response_parts(status, UpBody::one(body))
+}
+
+pub fn json_response_parts(status: StatusCode, body: UpBody) -> GwResponse {
+    let mut r = Response::new(GwBody::Full(body));
     *r.status_mut() = status;
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -101,7 +107,10 @@ pub struct SseBody {
     out: BytesMut,
     /// Upstream silence longer than this ends the stream with a timeout error event.
     idle: Duration,
+    /// Armed for `last_data + idle`, but only moved when it fires: re-registering a timer for
+    /// every frame would cost more than the frame.
     timer: Pin<Box<tokio::time::Sleep>>,
+    last_data: tokio::time::Instant,
     upstream_done: bool,
     done: bool,
 }
@@ -115,6 +124,7 @@ impl SseBody {
             out: BytesMut::with_capacity(1024),
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
+            last_data: tokio::time::Instant::now(),
             upstream_done: false,
             done: false,
         }
@@ -139,8 +149,7 @@ impl SseBody {
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };
-                    let deadline = tokio::time::Instant::now() + self.idle;
-                    self.timer.as_mut().reset(deadline);
+                    self.last_data = tokio::time::Instant::now();
                     self.splitter.push(&data);
                     while let Some(ev) = self.splitter.next_event() {
                         if let Err(e) = self.transform.on_event(&ev, &mut self.out) {
@@ -164,8 +173,15 @@ impl SseBody {
                     }
                 }
                 Poll::Pending => {
-                    if self.timer.as_mut().poll(cx).is_ready() {
-                        self.fail(GwError::timeout());
+                    while self.timer.as_mut().poll(cx).is_ready() {
+                        let due = self.last_data + self.idle;
+                        if due <= tokio::time::Instant::now() {
+                            self.fail(GwError::timeout());
+                            break;
+                        }
+                        self.timer.as_mut().reset(due);
+                    }
+                    if self.upstream_done {
                         continue;
                     }
                     return Poll::Pending;
@@ -177,7 +193,8 @@ impl SseBody {
 
 use std::future::Future;
 
-/// A request body made of up to three pieces, sent back to back.
+/// A body made of up to three pieces, sent back to back: the native route's request (client body
+/// with the model replaced) and response (upstream body with the alias put back), without copying.
 pub struct UpBody {
     parts: [Option<Bytes>; 3],
     len: u64,

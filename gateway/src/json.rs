@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -60,15 +60,6 @@ pub fn find_model_span(body: &[u8]) -> Option<(usize, usize)> {
     let raw = m.model?;
     let start = raw.get().as_ptr() as usize - body.as_ptr() as usize;
     Some((start, start + raw.get().len()))
-}
-
-/// `body` with the byte range replaced, as one buffer.
-pub fn splice(body: &Bytes, span: (usize, usize), with: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(body.len() - (span.1 - span.0) + with.len());
-    out.extend_from_slice(&body[..span.0]);
-    out.extend_from_slice(with);
-    out.extend_from_slice(&body[span.1..]);
-    out.freeze()
 }
 
 /// Replaces every `"model":<from>` (optionally with one space after the colon) by

@@ -7,7 +7,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::time::{timeout_at, Instant};
 
-use crate::body::{json_response, sse_response, GwResponse, SseBody, UpBody};
+use crate::body::{json_response, json_response_parts, sse_response, GwResponse, SseBody, UpBody};
 use crate::error::{Dialect, GwError};
 use crate::native::NativeStream;
 use crate::server::Worker;
@@ -99,10 +99,12 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
     match tr {
         None => {
             let out = match json::find_model_span(&bytes) {
-                Some(span) => json::splice(&bytes, span, &route.alias_json),
-                None => bytes,
+                Some((s, e)) => {
+                    UpBody::three(bytes.slice(..s), route.alias_json.clone(), bytes.slice(e..))
+                }
+                None => UpBody::one(bytes),
             };
-            Ok(json_response(StatusCode::OK, out))
+            Ok(json_response_parts(StatusCode::OK, out))
         }
         Some(t) => Ok(json_response(StatusCode::OK, t.response(&bytes)?)),
     }

@@ -59,6 +59,7 @@ fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
 
 pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
     let listen = config.listen.clone();
+    let signals = shutdown::Signals::install()?;
     // Bind every listener before announcing: a port-0 address is resolved by the first bind and
     // the others join it, so all workers share one port.
     let first = bind(listen.addr)?;
@@ -83,7 +84,7 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
     }
     eprintln!("listening on {addr}");
 
-    shutdown::wait(&cfg_tx, &config_path)?;
+    signals.wait(&cfg_tx, &config_path);
     let _ = stop_tx.send(true);
     let mut failed = None;
     for h in handles {

@@ -6,40 +6,68 @@
 
 use std::sync::Arc;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::config::{self, Snapshot};
 
-pub fn wait(cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        loop {
-            tokio::select! {
-                _ = term.recv() => break,
-                _ = int.recv() => break,
-                _ = hup.recv() => match config::load_file(config_path) {
-                    Ok(c) => {
-                        for w in &c.warnings {
-                            eprintln!("config warning: {w}");
-                        }
-                        let _ = cfg_tx.send(Arc::new(c.snapshot));
-                        eprintln!("config reloaded");
-                    }
-                    Err(errs) => {
-                        for e in errs {
-                            eprintln!("config reload rejected: {e}");
-                        }
-                    }
-                },
+pub struct Signals {
+    rt: tokio::runtime::Runtime,
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    /// Installs the handlers. This must happen before the gateway announces that it listens:
+    /// a SIGTERM that arrives earlier would otherwise kill the process with the default action,
+    /// skipping the drain and the profile write.
+    pub fn install() -> anyhow::Result<Signals> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let _guard = rt.enter();
+        let term = signal(SignalKind::terminate())?;
+        let int = signal(SignalKind::interrupt())?;
+        let hup = signal(SignalKind::hangup())?;
+        drop(_guard);
+        Ok(Signals { rt, term, int, hup })
+    }
+
+    /// Returns on SIGTERM or SIGINT; reloads the config on SIGHUP.
+    pub fn wait(self, cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str) {
+        let Signals {
+            rt,
+            mut term,
+            mut int,
+            mut hup,
+        } = self;
+        rt.block_on(async {
+            loop {
+                tokio::select! {
+                    _ = term.recv() => break,
+                    _ = int.recv() => break,
+                    _ = hup.recv() => reload(cfg_tx, config_path),
+                }
+            }
+        });
+        eprintln!("shutting down: draining in-flight requests");
+    }
+}
+
+fn reload(cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str) {
+    match config::load_file(config_path) {
+        Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("config warning: {w}");
+            }
+            let _ = cfg_tx.send(Arc::new(c.snapshot));
+            eprintln!("config reloaded");
+        }
+        Err(errs) => {
+            for e in errs {
+                eprintln!("config reload rejected: {e}");
             }
         }
-        eprintln!("shutting down: draining in-flight requests");
-        anyhow::Ok(())
-    })
+    }
 }

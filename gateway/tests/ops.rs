@@ -162,3 +162,13 @@ fn validate_reports_every_error_with_its_path() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+#[test]
+fn sigterm_right_after_listening_exits_zero() {
+    // The handlers are installed before the announcement, so even an immediate SIGTERM drains
+    // and exits cleanly instead of killing the process.
+    for _ in 0..5 {
+        let gw = start_gateway(&config("127.0.0.1:9".parse().unwrap(), 1000));
+        assert_eq!(gw.terminate(), Some(0));
+    }
+}
