@@ -222,12 +222,14 @@ in
       linkerEnv
       linkerRustflags
       ;
-    # Arguments for the test, clippy and rustfmt checks (host build, no PGO flags).
+    # Arguments for the test, clippy and rustfmt checks: a host build with the dev profile (fat
+    # LTO on every test binary would only slow the checks down), no PGO flags, the same linker.
     checkArgs = {
       pname = "gateway-workspace";
       inherit version;
       src = cargoSrc;
       strictDeps = true;
+      CARGO_PROFILE = "dev";
       env = linkerEnv // {
         RUSTFLAGS = linkerRustflags;
       };
