@@ -3,6 +3,7 @@
 
 mod bench;
 mod holdout;
+mod mock;
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Deterministic upstream: OpenAI chat/responses and Anthropic messages, streaming and not.
+    Mock(mock::MockArgs),
     /// A/B benchmark of gateway binaries on one shape.
     Bench(bench::BenchArgs),
     /// Fail if the optimized binary is slower than the plain one on the holdout shape.
@@ -23,6 +26,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Mock(args) => mock::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Holdout(args) => holdout::run(args),
     }

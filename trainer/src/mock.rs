@@ -1,0 +1,510 @@
+//! `trainer mock`: a deterministic upstream for the gateway, speaking OpenAI Chat Completions
+//! (`POST /v1/chat/completions`), OpenAI Responses (`POST /v1/responses`) and Anthropic Messages
+//! (`POST /v1/messages`), each as one JSON body or as SSE (`"stream": true`).
+//!
+//! Answers are derived from the request only (see `docs/contracts.md`, "Mock directives"):
+//! the text is [`wire::GREETING`] followed by ` wordK` for K = 2..=N (N content frames, default
+//! 8), `input_tokens = body_bytes / 4`, `output_tokens = N`. Directives in the last user message
+//! (`[[mock:tool_call]]`, `[[mock:frames:N]]`, `[[mock:status:NNN]]`, `[[mock:fail_mid_stream]]`,
+//! `[[mock:stall]]`, `[[mock:malformed_sse]]`) change the answer. No auth is required and nothing
+//! is recorded.
+//!
+//! It is also the upstream of every benchmark, so it is built to be cheap: hyper's HTTP/1 server
+//! with keep-alive, one current-thread runtime per worker thread, bodies rendered straight into
+//! bytes. Each SSE frame is written (flushed) on its own.
+
+pub mod wire;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
+use tokio::sync::watch;
+use wire::{Dialect, Plan, Rendered};
+
+/// `trainer mock` arguments.
+#[derive(clap::Args, Debug)]
+pub struct MockArgs {
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Write the bound address to this file (atomically) once listening.
+    #[arg(long)]
+    pub addr_file: Option<PathBuf>,
+    /// Worker threads, each with its own current-thread runtime.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+}
+
+/// `trainer mock`: serve until SIGTERM or SIGINT, then exit 0.
+pub fn run(args: MockArgs) -> Result<()> {
+    let server = MockServer::start(args.listen, args.workers)?;
+    let addr = server.addr();
+    if let Some(path) = &args.addr_file {
+        write_atomically(path, addr.to_string().as_bytes())
+            .with_context(|| format!("mock: writing --addr-file {}", path.display()))?;
+    }
+    // One write, so that a reader of stderr never sees half a line.
+    {
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(format!("mock listening on {addr}\n").as_bytes());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("mock: signal runtime")?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    // Workers hold no state worth saving: leave without waiting for open connections.
+    std::process::exit(0)
+}
+
+pub(crate) fn write_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// A mock running on background threads; stops (and joins its threads) when dropped.
+pub struct MockServer {
+    addr: SocketAddr,
+    stop: Option<watch::Sender<bool>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl MockServer {
+    /// Bind `listen` and serve on `workers` threads (at least one).
+    pub fn start(listen: SocketAddr, workers: usize) -> Result<MockServer> {
+        let listener = std::net::TcpListener::bind(listen)
+            .with_context(|| format!("mock: binding {listen}"))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut threads = Vec::new();
+        for i in 0..workers.max(1) {
+            let l = listener.try_clone().context("mock: cloning the listener")?;
+            let rx = stop_rx.clone();
+            let t = std::thread::Builder::new()
+                .name(format!("mock-{i}"))
+                .spawn(move || worker(l, rx))
+                .context("mock: spawning a worker")?;
+            threads.push(t);
+        }
+        Ok(MockServer {
+            addr,
+            stop: Some(stop_tx),
+            threads,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(true);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn worker(listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mock: worker runtime: {e}");
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("mock: listener: {e}");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.changed() => return,
+                r = listener.accept() => match r {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        tokio::spawn(async move {
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .keep_alive(true)
+                                .serve_connection(TokioIo::new(stream), service_fn(handle))
+                                .await;
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off briefly.
+                        eprintln!("mock: accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    }
+                },
+            }
+        }
+    });
+    // Dropping the runtime cancels the open connections (and stalled requests).
+}
+
+/// Response body of the mock: one JSON chunk, or SSE frames yielded one per write.
+pub enum MockBody {
+    Full(Option<Bytes>),
+    Frames {
+        frames: std::vec::IntoIter<Bytes>,
+        /// Return Pending (after waking ourselves) before the next frame, so that hyper flushes
+        /// the previous one on its own.
+        yield_next: bool,
+        /// After the last frame, fail the body: hyper then drops the connection mid-response.
+        abort: bool,
+    },
+}
+
+impl Body for MockBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.get_mut() {
+            MockBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            MockBody::Frames {
+                frames,
+                yield_next,
+                abort,
+            } => {
+                if *yield_next {
+                    *yield_next = false;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                match frames.next() {
+                    Some(f) => {
+                        *yield_next = true;
+                        Poll::Ready(Some(Ok(Frame::data(f))))
+                    }
+                    None if *abort => {
+                        *abort = false;
+                        Poll::Ready(Some(Err(std::io::Error::other(
+                            "mock: fail_mid_stream: dropping the connection",
+                        ))))
+                    }
+                    None => Poll::Ready(None),
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, MockBody::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            MockBody::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            MockBody::Full(None) => SizeHint::with_exact(0),
+            MockBody::Frames { .. } => SizeHint::default(),
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: Bytes) -> Response<MockBody> {
+    let mut r = Response::new(MockBody::Full(Some(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+async fn handle(req: Request<Incoming>) -> Result<Response<MockBody>, Infallible> {
+    let dialect = match req.uri().path() {
+        "/v1/chat/completions" => Dialect::Chat,
+        "/v1/responses" => Dialect::Responses,
+        "/v1/messages" => Dialect::Messages,
+        other => {
+            let msg = format!("mock: no route for {other}");
+            return Ok(json_response(
+                StatusCode::NOT_FOUND,
+                wire::error_body(Dialect::Chat, 404, &msg),
+            ));
+        }
+    };
+    if req.method() != Method::POST {
+        return Ok(json_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            wire::error_body(dialect, 405, "mock: only POST is served"),
+        ));
+    }
+    let body = match req.into_body().collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => {
+            let msg = format!("mock: reading the request body: {e}");
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                wire::error_body(dialect, 400, &msg),
+            ));
+        }
+    };
+    let plan = match plan(dialect, &body) {
+        Ok(p) => p,
+        Err(msg) => {
+            return Ok(json_response(
+                StatusCode::BAD_REQUEST,
+                wire::error_body(dialect, 400, &msg),
+            ))
+        }
+    };
+    if plan.stall {
+        std::future::pending::<()>().await;
+    }
+    Ok(respond(dialect, &plan))
+}
+
+/// Build the response for a plan (status directive, JSON body or SSE frames).
+pub fn respond(dialect: Dialect, plan: &Plan) -> Response<MockBody> {
+    if let Some(code) = plan.status {
+        let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let msg = format!("mock: status directive {code}");
+        return json_response(status, wire::error_body(dialect, code, &msg));
+    }
+    match wire::render(dialect, plan) {
+        Rendered::Json(body) => {
+            if plan.fail_mid_stream {
+                // Promise the whole body, send half of it, then drop the connection.
+                let len = body.len();
+                let half = body.slice(..len / 2);
+                let mut r = Response::new(MockBody::Frames {
+                    frames: vec![half].into_iter(),
+                    yield_next: false,
+                    abort: true,
+                });
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    header::HeaderValue::from_static("application/json"),
+                );
+                r.headers_mut()
+                    .insert(header::CONTENT_LENGTH, header::HeaderValue::from(len));
+                r
+            } else {
+                json_response(StatusCode::OK, body)
+            }
+        }
+        Rendered::Sse { frames, abort } => {
+            let mut r = Response::new(MockBody::Frames {
+                frames: frames.into_iter(),
+                yield_next: false,
+                abort,
+            });
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/event-stream"),
+            );
+            h.insert(
+                header::CACHE_CONTROL,
+                header::HeaderValue::from_static("no-cache"),
+            );
+            r
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+/// Decide the answer to a request body in `dialect`. Errors are messages for a 400.
+pub fn plan(dialect: Dialect, body: &[u8]) -> Result<Plan, String> {
+    let head: Head =
+        serde_json::from_slice(body).map_err(|e| format!("mock: request is not JSON: {e}"))?;
+    let model = head.model.as_deref().unwrap_or("mock");
+    let mut plan = Plan::plain(
+        wire::json_str(model),
+        head.stream.unwrap_or(false),
+        body.len(),
+    );
+    plan.include_usage = head
+        .stream_options
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    // Only look for directives (a full parse) when a marker appears anywhere in the body.
+    if contains(body, b"[[mock:") {
+        let v: serde_json::Value = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        if let Some(text) = last_user_text(dialect, &v) {
+            plan.apply_directives(&text);
+        }
+    }
+    Ok(plan)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    let first = needle[0];
+    let mut i = 0;
+    while let Some(p) = hay[i..].iter().position(|&b| b == first) {
+        let at = i + p;
+        if hay[at..].starts_with(needle) {
+            return true;
+        }
+        i = at + 1;
+    }
+    false
+}
+
+/// Text of the last user message: chat `messages`, Anthropic `messages`, or Responses `input`
+/// (a string, or a list of items). String contents and lists of text parts are both read.
+pub fn last_user_text(dialect: Dialect, v: &serde_json::Value) -> Option<String> {
+    let list = match dialect {
+        Dialect::Chat | Dialect::Messages => v.get("messages")?,
+        Dialect::Responses => {
+            let input = v.get("input")?;
+            if let Some(s) = input.as_str() {
+                return Some(s.to_owned());
+            }
+            input
+        }
+    };
+    let msg = list
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"))?;
+    let content = msg.get("content")?;
+    if let Some(s) = content.as_str() {
+        return Some(s.to_owned());
+    }
+    let mut out = String::new();
+    for part in content.as_array()? {
+        if let Some(t) = part.get("text").and_then(|t| t.as_str()) {
+            out.push_str(t);
+            out.push('\n');
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(d: Dialect, body: &str) -> Plan {
+        plan(d, body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn plain_plan() {
+        let body = r#"{"model":"mock-gpt","messages":[{"role":"user","content":"hi"}]}"#;
+        let pl = p(Dialect::Chat, body);
+        assert_eq!(pl.model_json, "\"mock-gpt\"");
+        assert!(!pl.stream);
+        assert_eq!(pl.frames, 8);
+        assert_eq!(pl.input_tokens, body.len() as u64 / 4);
+    }
+
+    #[test]
+    fn directives_only_from_last_user_message() {
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"[[mock:stall]]"},{"role":"assistant","content":"x"},{"role":"user","content":[{"type":"text","text":"a [[mock:frames:3]] [[mock:tool_call]]"}]}]}"#;
+        let pl = p(Dialect::Messages, body);
+        assert!(!pl.stall);
+        assert!(pl.tool_call);
+        assert_eq!(pl.frames, 3);
+        let body = r#"{"model":"m","input":"[[mock:status:429]]"}"#;
+        assert_eq!(p(Dialect::Responses, body).status, Some(429));
+        let body = r#"{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"[[mock:fail_mid_stream]][[mock:malformed_sse]]"}]}]}"#;
+        let pl = p(Dialect::Responses, body);
+        assert!(pl.fail_mid_stream && pl.malformed_sse);
+    }
+
+    #[test]
+    fn text() {
+        assert_eq!(wire::expected_text(1), "Hello from the mock upstream.");
+        assert_eq!(
+            wire::expected_text(3),
+            "Hello from the mock upstream. word2 word3"
+        );
+    }
+
+    fn all_json(frames: &[Bytes]) {
+        for f in frames {
+            let s = std::str::from_utf8(f).unwrap();
+            assert!(s.ends_with("\n\n"), "{s}");
+            let data = s.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            if data != "[DONE]" {
+                serde_json::from_str::<serde_json::Value>(data)
+                    .unwrap_or_else(|e| panic!("{e}: {data}"));
+            }
+        }
+    }
+
+    #[test]
+    fn every_rendering_is_valid_json() {
+        for d in [Dialect::Chat, Dialect::Responses, Dialect::Messages] {
+            for stream in [false, true] {
+                for tool in [false, true] {
+                    let mut pl = Plan::plain("\"m\"".into(), stream, 100);
+                    pl.tool_call = tool;
+                    pl.include_usage = true;
+                    match wire::render(d, &pl) {
+                        Rendered::Json(b) => {
+                            serde_json::from_slice::<serde_json::Value>(&b).unwrap();
+                        }
+                        Rendered::Sse { frames, abort } => {
+                            assert!(!abort);
+                            all_json(&frames);
+                        }
+                    }
+                }
+            }
+            for code in [400u16, 401, 429, 500, 529] {
+                serde_json::from_slice::<serde_json::Value>(&wire::error_body(d, code, "x"))
+                    .unwrap();
+            }
+        }
+    }
+}
