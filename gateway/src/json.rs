@@ -50,6 +50,7 @@ pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
 }
 
 /// Top-level `model` of a response body, located the same way.
+#[cfg_attr(feature = "bench-dom-native", allow(dead_code))]
 pub fn find_model_span(body: &[u8]) -> Option<(usize, usize)> {
     #[derive(Deserialize)]
     struct M<'a> {

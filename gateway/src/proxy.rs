@@ -56,6 +56,8 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
             route.upstream_json.clone(),
             body.slice(e..),
         );
+        #[cfg(feature = "bench-dom-native")]
+        let b = dom_rewrite(&body, &route.upstream_model).unwrap_or(b);
         (b, None)
     } else {
         let (b, t) = translate::request(dialect, up_dialect, &body, &route)?;
@@ -97,6 +99,12 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
         return upstream_error(status, &bytes, native);
     }
     match tr {
+        #[cfg(feature = "bench-dom-native")]
+        None => Ok(json_response_parts(
+            StatusCode::OK,
+            dom_rewrite(&bytes, &route.alias).unwrap_or(UpBody::one(bytes)),
+        )),
+        #[cfg(not(feature = "bench-dom-native"))]
         None => {
             let out = match json::find_model_span(&bytes) {
                 Some((s, e)) => {
@@ -141,4 +149,14 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = c.source();
     }
     s
+}
+
+/// Measurement aid only (`--features bench-dom-native`): the native route done the obvious way,
+/// parsing the whole body into a DOM and serializing it again, to put a figure on what the
+/// targeted model rewrite saves.
+#[cfg(feature = "bench-dom-native")]
+fn dom_rewrite(body: &[u8], model: &str) -> Option<UpBody> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.as_object_mut()?.insert("model".into(), model.into());
+    Some(UpBody::one(Bytes::from(serde_json::to_vec(&v).ok()?)))
 }
