@@ -22,7 +22,9 @@
   target ? "x86_64-unknown-linux-gnu",
 }:
 let
-  # Coreutils, grep, sed and findutils from the host, plus gcc as the linker rustc invokes.
+  # Coreutils, grep, sed and findutils from the host, plus gcc as the linker driver rustc invokes.
+  # rustc 1.95 links x86_64-unknown-linux-gnu with its bundled rust-lld (through gcc), the same in
+  # every stage; lld honours `--emit-relocs`, which the PGO stage checks.
   hostPath = "/usr/bin:/bin";
 
   # Shared prologue of every stage: strict bash and a `fail` that names the stage.
