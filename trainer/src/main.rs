@@ -3,6 +3,7 @@
 
 mod bench;
 mod holdout;
+mod load;
 mod mock;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Deterministic upstream: OpenAI chat/responses and Anthropic messages, streaming and not.
     Mock(mock::MockArgs),
+    /// Drive one prepared request at an address over keep-alive connections (rig check).
+    Load(load::LoadArgs),
     /// A/B benchmark of gateway binaries on one shape.
     Bench(bench::BenchArgs),
     /// Fail if the optimized binary is slower than the plain one on the holdout shape.
@@ -27,6 +30,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Mock(args) => mock::run(args),
+        Command::Load(args) => load::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::Holdout(args) => holdout::run(args),
     }
