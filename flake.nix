@@ -156,6 +156,7 @@
                     --plain ${pipeline.gateway}/bin/gateway \
                     --optimized ${gateway-pgo-bolt}/bin/gateway \
                     --shapes ${shapes} \
+                    --json "$out/holdout.json" \
                     | tee "$out/holdout.txt" \
                     || fail "the holdout gate failed"
                 '';
