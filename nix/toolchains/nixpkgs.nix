@@ -2,8 +2,8 @@
 #
 #   Rust      fenix `stable` of the pinned fenix revision (rustc 1.95.0, LLVM 22), components
 #             cargo, rustc, rust-std, llvm-tools, clippy, rustfmt
-#   builds    crane: one `buildDepsOnly` per distinct RUSTFLAGS, reused by a `buildPackage` with the
-#             very same RUSTFLAGS, `--target`, linker and cargo arguments
+#   builds    crane: one `buildDepsOnly` per distinct (package, RUSTFLAGS), reused by a `buildPackage`
+#             with the very same RUSTFLAGS, `--target`, linker and cargo arguments
 #   profdata  `llvm-profdata` of fenix's llvm-tools component: the LLVM rustc itself was built with
 #   BOLT      nixpkgs `llvmPackages_22.bolt` (llvm-bolt, merge-fdata, libbolt_rt_instr.a)
 #   stages    `pkgs.runCommand` (stdenvNoCC: bash, coreutils, grep, sed, findutils on PATH)
@@ -132,7 +132,12 @@ let
     }:
     let
       args = cargoArgs { inherit pname package rustflags; };
-      deps = craneLib.buildDepsOnly args;
+      # Named by package and flags, not by stage: stages that build the same package with the same
+      # RUSTFLAGS share one dependency derivation.
+      depsName =
+        package
+        + (if rustflags == "" then "" else "-" + builtins.substring 0 8 (builtins.hashString "sha256" rustflags));
+      deps = craneLib.buildDepsOnly (args // { pname = depsName; });
     in
     craneLib.buildPackage (
       args
