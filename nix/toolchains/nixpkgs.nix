@@ -33,8 +33,9 @@
   system ? pkgs.stdenv.hostPlatform.system,
   # LLVM major of the pinned rustc (1.95.0: LLVM 22.1.2); also picks `llvmPackages_<major>`.
   llvmMajor ? "22",
-  # Workspace version (Cargo.toml [workspace.package]); crane needs one for derivation names.
-  version ? "0.1.0",
+  # Workspace version; crane needs one for derivation names. Read from Cargo.toml's
+  # [workspace.package] (the root manifest has no [package] for crane to find).
+  version ? (builtins.fromTOML (builtins.readFile (src + "/Cargo.toml"))).workspace.package.version,
 }:
 let
   target =
