@@ -345,6 +345,9 @@ let
           "default"
         ]
       ))
+      (check (s "crane builds carry the workspace version from Cargo.toml") (
+        all (b: b.args.version == (builtins.fromTOML (readFile ../../Cargo.toml)).workspace.package.version) builds
+      ))
       (check (s "packages.default is gateway-pgo-bolt") (pkgs.default.drvPath == P.gateway-pgo-bolt.drvPath))
       (check (s "every stage derivation names system ${system}") (
         all (n: P.${n}.system == system) stageNames
