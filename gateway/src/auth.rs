@@ -15,6 +15,7 @@
 //! A key whose environment variable is unset is a warning, not an error (so `gateway validate` can
 //! run where secrets are absent), and that key can never authenticate: the gateway stays closed.
 
+#![allow(dead_code)] // until wired into the request path
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -140,7 +141,10 @@ impl Keys {
                 continue;
             }
             if !ids.insert(kc.id.clone()) {
-                err(format!("{path}.id"), format!("duplicate key id {:?}", kc.id));
+                err(
+                    format!("{path}.id"),
+                    format!("duplicate key id {:?}", kc.id),
+                );
                 continue;
             }
             if kc.key_env.is_empty() {
@@ -344,9 +348,13 @@ mod tests {
         assert!(errs.is_empty(), "{errs:?}");
         assert_eq!(warns.len(), 1, "{warns:?}");
         assert!(!k.is_open());
-        let c = k.authenticate(&hdr("authorization", "Bearer sk-a")).unwrap();
+        let c = k
+            .authenticate(&hdr("authorization", "Bearer sk-a"))
+            .unwrap();
         assert_eq!(c.id_str(), "a");
-        let c = k.authenticate(&hdr("authorization", "bearer  sk-b ")).unwrap();
+        let c = k
+            .authenticate(&hdr("authorization", "bearer  sk-b "))
+            .unwrap();
         assert_eq!(c.id_str(), "b");
         let c = k.authenticate(&hdr("x-api-key", "sk-b")).unwrap();
         assert_eq!(c.id_str(), "b");
@@ -360,7 +368,8 @@ mod tests {
             AuthError::Missing
         );
         assert_eq!(
-            k.authenticate(&hdr("authorization", "Basic abc")).unwrap_err(),
+            k.authenticate(&hdr("authorization", "Basic abc"))
+                .unwrap_err(),
             AuthError::Missing
         );
         assert_eq!(
@@ -413,7 +422,12 @@ mod tests {
         let paths: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,
-            ["$.keys[1].id", "$.keys[2].models", "$.keys[3]", "$.keys[4].key_env"],
+            [
+                "$.keys[1].id",
+                "$.keys[2].models",
+                "$.keys[3]",
+                "$.keys[4].key_env"
+            ],
             "{errs:?}"
         );
         let (_, errs, _) = keys(r#"{"id":"a"}"#, &[]);

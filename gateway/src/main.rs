@@ -1,10 +1,14 @@
 //! `gateway`: an LLM gateway speaking OpenAI Chat Completions, Anthropic Messages and OpenAI
 //! Responses to clients, in front of OpenAI- and Anthropic-style upstreams.
 
+mod access_log;
+mod auth;
 mod body;
 mod config;
 mod error;
 mod json;
+mod limits;
+mod metrics;
 mod native;
 mod provider;
 mod proxy;

@@ -1,0 +1,794 @@
+//! The per-request record: request id, timings, usage, key id; written when the request ends as
+//! one JSON access-log line, and fed to the metrics and to the rate limiter's token settlement.
+//!
+//! A [`Record`] is started when a proxied request arrives and filled in along the request path.
+//! For a buffered response it finishes in [`Record::respond`]; for a stream, [`Record::track_stream`]
+//! moves it into a [`StreamTransform`] wrapper that watches the upstream events (first content
+//! event, usage) and finishes when the stream ends or the client goes away (the body is dropped).
+//! Finishing a record exactly once is guaranteed by `Drop`.
+//!
+//! Lines go to stderr (default) or a file:
+//!
+//! ```json
+//! "access_log": { "path": "/var/log/gateway/access.jsonl" }   // "enabled": false turns it off
+//! ```
+//!
+//! Writing never blocks a worker: each worker appends to its own buffer (its own mutex, which only
+//! the log writer thread also takes, every 50 ms), and that thread does the `write`. A sink that
+//! cannot keep up (a full pipe) makes lines be dropped past 4 MiB buffered per worker, counted in
+//! `gateway_access_log_dropped_total`.
+
+#![allow(dead_code)] // until wired into the request path
+use std::cell::{Cell, RefCell};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::BytesMut;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::auth::Caller;
+use crate::body::{GwResponse, StreamTransform};
+use crate::config::{ConfigError, Route};
+use crate::error::{Dialect, GwError};
+use crate::limits::{Admission, Kind, Rejection, Scope};
+use crate::metrics::{self, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::sse::SseEvent;
+
+const MAX_BUFFERED: usize = 4 << 20;
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+// --- configuration and sink ---
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogConfig {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// A file to append to; stderr when absent.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for AccessLogConfig {
+    fn default() -> Self {
+        AccessLogConfig {
+            enabled: true,
+            path: None,
+        }
+    }
+}
+
+impl AccessLogConfig {
+    pub fn from_config(v: Option<&Value>, errors: &mut Vec<ConfigError>) -> AccessLogConfig {
+        let Some(v) = v else {
+            return AccessLogConfig::default();
+        };
+        match AccessLogConfig::deserialize(v) {
+            Ok(c) => {
+                if c.path.as_deref() == Some("") {
+                    errors.push(ConfigError {
+                        path: "$.access_log.path".into(),
+                        message: "must not be empty (omit it for stderr)".into(),
+                    });
+                }
+                c
+            }
+            Err(e) => {
+                errors.push(ConfigError {
+                    path: "$.access_log".into(),
+                    message: e.to_string(),
+                });
+                AccessLogConfig::default()
+            }
+        }
+    }
+}
+
+struct Sink {
+    enabled: AtomicBool,
+    buffers: Mutex<Vec<Arc<Mutex<Vec<u8>>>>>,
+    out: Mutex<Box<dyn Write + Send>>,
+    dropped: AtomicU64,
+}
+
+fn sink() -> &'static Sink {
+    static S: OnceLock<Sink> = OnceLock::new();
+    S.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("gw-access-log".into())
+            .spawn(|| loop {
+                std::thread::sleep(Duration::from_millis(50));
+                flush();
+            })
+            .expect("spawn the access-log writer");
+        Sink {
+            enabled: AtomicBool::new(true),
+            buffers: Mutex::new(Vec::new()),
+            out: Mutex::new(Box::new(std::io::stderr())),
+            dropped: AtomicU64::new(0),
+        }
+    })
+}
+
+/// Applies the `access_log` section at startup (stderr and enabled until then). The sink is not
+/// changed by a reload.
+pub fn init(cfg: &AccessLogConfig) -> anyhow::Result<()> {
+    let s = sink();
+    s.enabled.store(cfg.enabled, Ordering::Relaxed);
+    if let (true, Some(p)) = (cfg.enabled, &cfg.path) {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| anyhow::anyhow!("cannot open access log {p}: {e}"))?;
+        *s.out.lock().unwrap() = Box::new(f);
+    }
+    Ok(())
+}
+
+/// Writes out everything buffered. Called by the writer thread every 50 ms; call it once more at
+/// exit so that the last lines are not lost.
+pub fn flush() {
+    let s = sink();
+    let bufs: Vec<_> = s.buffers.lock().unwrap().clone();
+    let mut out = s.out.lock().unwrap();
+    let mut spare = Vec::new();
+    for b in bufs {
+        {
+            let mut g = b.lock().unwrap();
+            if g.is_empty() {
+                continue;
+            }
+            std::mem::swap(&mut *g, &mut spare);
+        }
+        let _ = out.write_all(&spare);
+        spare.clear();
+    }
+    let _ = out.flush();
+}
+
+pub fn dropped_lines() -> u64 {
+    sink().dropped.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    static BUF: Arc<Mutex<Vec<u8>>> = {
+        let b = Arc::new(Mutex::new(Vec::with_capacity(64 * 1024)));
+        sink().buffers.lock().unwrap().push(b.clone());
+        b
+    };
+    static LINE: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(512));
+    static ID: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+fn emit(line: &[u8]) {
+    let s = sink();
+    if !s.enabled.load(Ordering::Relaxed) {
+        return;
+    }
+    BUF.with(|b| {
+        let mut g = b.lock().unwrap();
+        if g.len() + line.len() > MAX_BUFFERED {
+            s.dropped.fetch_add(1, Ordering::Relaxed);
+        } else {
+            g.extend_from_slice(line);
+        }
+    });
+}
+
+// --- request ids ---
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A fresh request id: 24 hex digits, a per-thread random prefix and a per-thread counter, so
+/// unique within the process and very unlikely to repeat across restarts. No allocation besides
+/// the header value itself.
+pub fn new_request_id() -> HeaderValue {
+    let (mut seed, n) = ID.get();
+    if seed == 0 {
+        let t = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let local = 0u8;
+        seed = splitmix(t ^ (std::process::id() as u64) << 32 ^ (&local as *const u8 as u64)) | 1;
+    }
+    ID.set((seed, n + 1));
+    let v = (seed >> 32) << 32 | (splitmix(seed ^ n) & 0xffff_ffff);
+    let mut buf = [0u8; 24];
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, b) in buf[..16].iter_mut().enumerate() {
+        *b = HEX[((v >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    for (i, b) in buf[16..].iter_mut().enumerate() {
+        *b = HEX[((n >> (28 - 4 * i)) & 0xf) as usize];
+    }
+    HeaderValue::from_bytes(&buf).expect("hex digits")
+}
+
+/// The client's `x-request-id` when it is reasonable (1..=128 visible characters from a safe
+/// set), else a new one.
+pub fn request_id(headers: &HeaderMap) -> HeaderValue {
+    if let Some(v) = headers.get(&X_REQUEST_ID) {
+        let b = v.as_bytes();
+        if !b.is_empty()
+            && b.len() <= 128
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.:/+=@".contains(c))
+        {
+            return v.clone();
+        }
+    }
+    new_request_id()
+}
+
+// --- usage ---
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+}
+
+impl Usage {
+    fn merge(&mut self, o: Usage) {
+        if o.input.is_some() {
+            self.input = self.input.max(o.input);
+        }
+        if o.output.is_some() {
+            self.output = self.output.max(o.output);
+        }
+    }
+}
+
+/// The last `"usage":{...}` object in a body or an event, in any of the three dialects
+/// (`prompt_tokens`/`completion_tokens` or `input_tokens`/`output_tokens`), without parsing the
+/// rest of the document. Inside a JSON string a quote is escaped, so an unescaped `"usage":`
+/// is always a key; the last one is the top-level usage in every dialect's responses.
+pub fn scan_usage(body: &[u8]) -> Option<Usage> {
+    #[derive(Deserialize)]
+    struct U {
+        prompt_tokens: Option<u64>,
+        completion_tokens: Option<u64>,
+        input_tokens: Option<u64>,
+        output_tokens: Option<u64>,
+    }
+    let key = b"\"usage\":";
+    let pos = memchr::memmem::rfind(body, key)?;
+    let rest = &body[pos + key.len()..];
+    let mut it = serde_json::Deserializer::from_slice(rest).into_iter::<Option<U>>();
+    let u = it.next()?.ok()??;
+    Some(Usage {
+        input: u.input_tokens.or(u.prompt_tokens),
+        output: u.output_tokens.or(u.completion_tokens),
+    })
+}
+
+// --- the record ---
+
+struct Inner {
+    t0: Instant,
+    start_wall: SystemTime,
+    route: Dialect,
+    request_id: HeaderValue,
+    model_label: u16,
+    /// The configured route (alias, provider) once known.
+    target: Option<Arc<Route>>,
+    /// The client's model when it is not a configured alias (truncated).
+    asked_model: Option<String>,
+    key_id: Option<Arc<str>>,
+    status: u16,
+    stream: bool,
+    upstream_start: Option<Instant>,
+    upstream_end: Option<Instant>,
+    first_token: Option<Instant>,
+    usage: Usage,
+    admission: Option<Admission>,
+    rejected: Option<Rejection>,
+    error: Option<String>,
+    stream_error: Option<String>,
+    finished: bool,
+}
+
+/// One proxied request. See the module docs for the call sequence.
+pub struct Record {
+    request_id: HeaderValue,
+    inner: Option<Box<Inner>>,
+}
+
+impl Record {
+    /// At the start of a proxied request: takes the request id and counts the request in flight.
+    pub fn start(route: Dialect, headers: &HeaderMap) -> Record {
+        let request_id = request_id(headers);
+        metrics::inflight_add(route, 1);
+        Record {
+            request_id: request_id.clone(),
+            inner: Some(Box::new(Inner {
+                t0: Instant::now(),
+                start_wall: SystemTime::now(),
+                route,
+                request_id,
+                model_label: MODEL_NONE,
+                target: None,
+                asked_model: None,
+                key_id: None,
+                status: 0,
+                stream: false,
+                upstream_start: None,
+                upstream_end: None,
+                first_token: None,
+                usage: Usage::default(),
+                admission: None,
+                rejected: None,
+                error: None,
+                stream_error: None,
+                finished: false,
+            })),
+        }
+    }
+
+    pub fn request_id(&self) -> &HeaderValue {
+        &self.request_id
+    }
+
+    fn with(&mut self, f: impl FnOnce(&mut Inner)) {
+        if let Some(i) = self.inner.as_deref_mut() {
+            f(i)
+        }
+    }
+
+    /// After authentication.
+    pub fn set_caller(&mut self, c: &Caller) {
+        let id = c.id.clone();
+        self.with(|i| i.key_id = id);
+    }
+
+    /// After the route lookup succeeded.
+    pub fn set_route(&mut self, labels: &ModelLabels, route: &Arc<Route>, stream: bool) {
+        let label = labels.index(&route.alias);
+        let r = route.clone();
+        self.with(|i| {
+            i.model_label = label;
+            i.target = Some(r);
+            i.stream = stream;
+        });
+    }
+
+    /// When the client asked for a model that is not configured (the 404 path).
+    pub fn set_unknown_model(&mut self, model: &str) {
+        let m: String = model.chars().take(64).collect();
+        self.with(|i| {
+            i.model_label = MODEL_OTHER;
+            i.asked_model = Some(m);
+        });
+    }
+
+    /// The rate limiter's admission: settled with the real usage and released when the record
+    /// finishes (a stream: when it ends).
+    pub fn set_admission(&mut self, a: Admission) {
+        self.with(|i| i.admission = Some(a));
+    }
+
+    /// A rate-limit refusal: returns the 429 error; [`Record::respond`] adds the `retry-after`
+    /// and `x-ratelimit-*` headers.
+    pub fn rate_limited(&mut self, r: Rejection) -> GwError {
+        let e = r.to_gw_error();
+        self.with(|i| i.rejected = Some(r));
+        e
+    }
+
+    /// Just before the upstream request is sent.
+    pub fn upstream_start(&mut self) {
+        self.with(|i| i.upstream_start = Some(Instant::now()));
+    }
+
+    /// When the upstream response is complete (buffered responses), or failed.
+    pub fn upstream_end(&mut self) {
+        self.with(|i| {
+            if i.upstream_start.is_some() {
+                i.upstream_end = Some(Instant::now())
+            }
+        });
+    }
+
+    /// Usage from a buffered upstream (or translated) response body.
+    pub fn usage_from_body(&mut self, body: &[u8]) {
+        if let Some(u) = scan_usage(body) {
+            self.with(|i| i.usage.merge(u));
+        }
+    }
+
+    /// An error message for the log line (keep it free of secrets: upstream credentials never
+    /// reach a `GwError`).
+    pub fn set_error(&mut self, e: &GwError) {
+        let m: String = e.message.chars().take(200).collect();
+        self.with(|i| i.error = Some(m));
+    }
+
+    /// For a streaming response: moves the record into a wrapper around the stream transform.
+    /// The line is written when the stream ends, with the usage seen in the upstream events.
+    pub fn track_stream(&mut self, inner: Box<dyn StreamTransform>) -> Box<dyn StreamTransform> {
+        match self.inner.take() {
+            Some(mut rec) => {
+                rec.status = 200;
+                rec.stream = true;
+                Box::new(Tracked {
+                    inner,
+                    rec: Some(rec),
+                    delta: memchr::memmem::Finder::new(b"delta"),
+                    usage_key: memchr::memmem::Finder::new(b"\"usage\":"),
+                })
+            }
+            None => inner,
+        }
+    }
+
+    /// The end of the request path: sets `x-request-id` (and the 429 headers), records the status,
+    /// and finishes the record unless a stream took it over.
+    pub fn respond(mut self, mut resp: GwResponse) -> GwResponse {
+        let h = resp.headers_mut();
+        h.insert(X_REQUEST_ID.clone(), self.request_id.clone());
+        if let Some(i) = self.inner.as_deref_mut() {
+            if let Some(r) = &i.rejected {
+                r.apply_headers(h);
+            }
+            i.status = resp.status().as_u16();
+            if i.upstream_start.is_some() && i.upstream_end.is_none() {
+                i.upstream_end = Some(Instant::now());
+            }
+        }
+        if let Some(i) = self.inner.take() {
+            finish(i);
+        }
+        resp
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        // Only when the request future was dropped before `respond` (the client went away while
+        // waiting for the upstream): 499, as nginx logs it.
+        if let Some(mut i) = self.inner.take() {
+            if i.status == 0 {
+                i.status = 499;
+            }
+            finish(i);
+        }
+    }
+}
+
+/// Wraps a stream transform to time the first content event, collect usage from the upstream
+/// events and finish the record when the stream is dropped.
+struct Tracked {
+    inner: Box<dyn StreamTransform>,
+    rec: Option<Box<Inner>>,
+    delta: memchr::memmem::Finder<'static>,
+    usage_key: memchr::memmem::Finder<'static>,
+}
+
+impl StreamTransform for Tracked {
+    fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
+        if let Some(r) = self.rec.as_deref_mut() {
+            if r.first_token.is_none()
+                && (self.delta.find(&ev.event).is_some() || self.delta.find(&ev.data).is_some())
+            {
+                r.first_token = Some(Instant::now());
+            }
+            if self.usage_key.find(&ev.data).is_some() {
+                if let Some(u) = scan_usage(&ev.data) {
+                    r.usage.merge(u);
+                }
+            }
+        }
+        let res = self.inner.on_event(ev, out);
+        if let (Err(e), Some(r)) = (&res, self.rec.as_deref_mut()) {
+            r.stream_error = Some(e.message.chars().take(200).collect());
+        }
+        res
+    }
+
+    fn on_end(&mut self, out: &mut BytesMut) -> Result<(), GwError> {
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.upstream_end = Some(Instant::now());
+        }
+        let res = self.inner.on_end(out);
+        if let (Err(e), Some(r)) = (&res, self.rec.as_deref_mut()) {
+            r.stream_error = Some(e.message.chars().take(200).collect());
+        }
+        res
+    }
+
+    fn on_error(&mut self, err: &GwError, out: &mut BytesMut) {
+        if let Some(r) = self.rec.as_deref_mut() {
+            if r.stream_error.is_none() {
+                r.stream_error = Some(err.message.chars().take(200).collect());
+            }
+            if r.upstream_end.is_none() {
+                r.upstream_end = Some(Instant::now());
+            }
+        }
+        self.inner.on_error(err, out)
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.rec.take() {
+            if r.upstream_end.is_none() && r.stream_error.is_none() {
+                r.stream_error = Some("client disconnected".into());
+            }
+            finish(r);
+        }
+    }
+}
+
+fn finish(mut i: Box<Inner>) {
+    if i.finished {
+        return;
+    }
+    i.finished = true;
+    let end = Instant::now();
+    let duration = end - i.t0;
+    let upstream = match (i.upstream_start, i.upstream_end) {
+        (Some(s), Some(e)) => Some(e - s),
+        (Some(s), None) => Some(end - s),
+        _ => None,
+    };
+    let first_token = i.first_token.map(|t| t - i.t0);
+    let tokens_in = i.usage.input.unwrap_or(0);
+    let tokens_out = i.usage.output.unwrap_or(0);
+    if let Some(mut a) = i.admission.take() {
+        if i.usage.input.is_some() || i.usage.output.is_some() {
+            a.settle(tokens_in + tokens_out);
+        }
+        drop(a);
+    }
+    let rejected: Option<(Scope, Kind)> = i.rejected.as_ref().map(|r| (r.scope, r.kind));
+    metrics::record(&metrics::Sample {
+        route: i.route,
+        model: i.model_label,
+        status: i.status,
+        duration,
+        upstream,
+        first_token,
+        tokens_in,
+        tokens_out,
+        rejected,
+    });
+    metrics::inflight_add(i.route, -1);
+    if !sink().enabled.load(Ordering::Relaxed) {
+        return;
+    }
+    LINE.with(|l| {
+        let mut l = l.borrow_mut();
+        l.clear();
+        write_line(&mut l, &i, duration, upstream, first_token);
+        emit(&l);
+    });
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_micros() as f64) / 1000.0
+}
+
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn write_line(
+    out: &mut Vec<u8>,
+    i: &Inner,
+    duration: Duration,
+    upstream: Option<Duration>,
+    first_token: Option<Duration>,
+) {
+    out.extend_from_slice(b"{\"ts\":\"");
+    write_rfc3339(out, i.start_wall);
+    out.extend_from_slice(b"\",\"request_id\":");
+    json_str(out, i.request_id.to_str().unwrap_or("-"));
+    out.extend_from_slice(b",\"route\":\"");
+    out.extend_from_slice(match i.route {
+        Dialect::Chat => b"/v1/chat/completions".as_slice(),
+        Dialect::Messages => b"/v1/messages",
+        Dialect::Responses => b"/v1/responses",
+    });
+    out.extend_from_slice(b"\",\"model\":");
+    match (&i.target, &i.asked_model) {
+        (Some(r), _) => json_str(out, &r.alias),
+        (None, Some(m)) => json_str(out, m),
+        (None, None) => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"provider\":");
+    match &i.target {
+        Some(r) => json_str(out, &r.provider.name),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"upstream_model\":");
+    match &i.target {
+        Some(r) => json_str(out, &r.upstream_model),
+        None => out.extend_from_slice(b"null"),
+    }
+    let _ = write!(
+        out,
+        ",\"status\":{},\"stream\":{},\"latency_ms\":{:.3}",
+        i.status,
+        i.stream,
+        ms(duration)
+    );
+    match upstream {
+        Some(u) => {
+            let _ = write!(out, ",\"upstream_latency_ms\":{:.3}", ms(u));
+        }
+        None => out.extend_from_slice(b",\"upstream_latency_ms\":null"),
+    }
+    if let Some(t) = first_token {
+        let _ = write!(out, ",\"ttft_ms\":{:.3}", ms(t));
+    }
+    match i.usage.input {
+        Some(n) => {
+            let _ = write!(out, ",\"tokens_in\":{n}");
+        }
+        None => out.extend_from_slice(b",\"tokens_in\":null"),
+    }
+    match i.usage.output {
+        Some(n) => {
+            let _ = write!(out, ",\"tokens_out\":{n}");
+        }
+        None => out.extend_from_slice(b",\"tokens_out\":null"),
+    }
+    out.extend_from_slice(b",\"key_id\":");
+    match &i.key_id {
+        Some(k) => json_str(out, k),
+        None => out.extend_from_slice(b"null"),
+    }
+    if let Some(r) = &i.rejected {
+        let _ = write!(
+            out,
+            ",\"rate_limited\":\"{}:{}\"",
+            r.scope.as_str(),
+            r.kind.as_str()
+        );
+    }
+    if let Some(e) = &i.error {
+        out.extend_from_slice(b",\"error\":");
+        json_str(out, e);
+    }
+    if let Some(e) = &i.stream_error {
+        out.extend_from_slice(b",\"stream_error\":");
+        json_str(out, e);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// `2026-11-29T23:59:59.123Z`.
+fn write_rfc3339(out: &mut Vec<u8>, t: SystemTime) {
+    let d = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    let secs = d.as_secs();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = if month <= 2 { y + 1 } else { y };
+    let _ = write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_in_every_dialect() {
+        let chat = br#"{"id":"x","choices":[{"message":{"content":"\"usage\": 5"}}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#;
+        assert_eq!(
+            scan_usage(chat),
+            Some(Usage {
+                input: Some(12),
+                output: Some(3)
+            })
+        );
+        let msg = br#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":7,"output_tokens":1}}}"#;
+        assert_eq!(
+            scan_usage(msg),
+            Some(Usage {
+                input: Some(7),
+                output: Some(1)
+            })
+        );
+        let delta = br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage": {"output_tokens":9}}"#;
+        assert_eq!(
+            scan_usage(delta),
+            Some(Usage {
+                input: None,
+                output: Some(9)
+            })
+        );
+        let resp = br#"{"type":"response.completed","response":{"output":[],"usage":{"input_tokens":4,"output_tokens":2,"total_tokens":6}}}"#;
+        assert_eq!(scan_usage(resp).unwrap().output, Some(2));
+        assert_eq!(scan_usage(br#"{"usage":null}"#), None);
+        assert_eq!(scan_usage(br#"{"usage":{"input_tokens":"#), None);
+        assert_eq!(scan_usage(b"garbage"), None);
+    }
+
+    #[test]
+    fn request_ids() {
+        let a = new_request_id();
+        let b = new_request_id();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 24);
+        let mut h = HeaderMap::new();
+        h.insert("x-request-id", HeaderValue::from_static("abc-123"));
+        assert_eq!(request_id(&h), "abc-123");
+        h.insert(
+            "x-request-id",
+            HeaderValue::from_static("bad id with spaces"),
+        );
+        assert_eq!(request_id(&h).len(), 24);
+    }
+
+    #[test]
+    fn rfc3339() {
+        let mut o = Vec::new();
+        write_rfc3339(
+            &mut o,
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1_764_460_799_123),
+        );
+        assert_eq!(String::from_utf8(o).unwrap(), "2025-11-29T23:59:59.123Z");
+        let mut o = Vec::new();
+        write_rfc3339(
+            &mut o,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400),
+        );
+        assert_eq!(String::from_utf8(o).unwrap(), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn line_is_json_with_fields() {
+        let mut h = HeaderMap::new();
+        h.insert("x-request-id", HeaderValue::from_static("req-1"));
+        let mut r = Record::start(Dialect::Chat, &h);
+        r.set_unknown_model("weird\"model");
+        r.upstream_start();
+        r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);
+        let i = r.inner.take().unwrap();
+        let mut out = Vec::new();
+        write_line(&mut out, &i, Duration::from_millis(5), None, None);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["request_id"], "req-1");
+        assert_eq!(v["model"], "weird\"model");
+        assert_eq!(v["tokens_in"], 5);
+        assert_eq!(v["tokens_out"], 2);
+        assert_eq!(v["key_id"], Value::Null);
+        assert_eq!(v["route"], "/v1/chat/completions");
+        finish(i);
+    }
+}

@@ -1,0 +1,820 @@
+//! Rate-limit policies per caller key and per model alias:
+//!
+//! ```json
+//! "limits": {
+//!   "default_key": { "requests_per_minute": 600, "tokens_per_minute": 200000, "max_concurrent": 32 },
+//!   "keys":   { "team-a": { "requests_per_minute": 60 } },
+//!   "models": { "gpt-4o-mini": { "tokens_per_minute": 1000000, "max_concurrent": 256 } }
+//! }
+//! ```
+//!
+//! `default_key` applies to every configured key that has no entry in `keys`, each key with its
+//! own counters. Every field of a policy is optional; an absent field is not limited. On an open
+//! gateway (no `keys`) only the model policies apply.
+//!
+//! # Algorithm
+//! Requests and tokens are each a GCRA (generic cell rate algorithm, the "virtual scheduling" form
+//! of a token bucket): one `AtomicU64` holding the theoretical arrival time, advanced by
+//! `60 s / limit` per request (per token), with a burst tolerance of one minute. A full minute's
+//! budget may be spent at once, after which it refills continuously (not at minute boundaries).
+//!
+//! Tokens are checked before the call (the bucket must not be in debt) and an estimate of the
+//! input tokens (request body bytes / 4) is reserved; after the call the reservation is corrected
+//! with the real usage the upstream reported ([`Admission::settle`]). Concurrency is an
+//! `AtomicU32` held by the [`Admission`] and released when it is dropped: when the response
+//! body (a stream included) ends, or when the client disconnects and hyper drops the body.
+//!
+//! # Per worker or global
+//! The counters are global (one set of atomics per policy, shared by all workers), not per worker.
+//! `SO_REUSEPORT` spreads *connections*, not requests, across workers: a client with one
+//! keep-alive connection sits on one worker, so per-worker state holding `limit / N` would give it
+//! `1/N` of its quota, and a per-worker full limit would let N connections get N times the quota.
+//! The price is one atomic read-modify-write (a CAS) on a cache line shared between workers, per
+//! policy per request; measured in `docs/operations.md` (tens of nanoseconds against a request
+//! path of tens of microseconds). No lock is taken.
+//!
+//! # Accuracy
+//! - Tokens are charged after the fact: a request admitted with one token of budget left can use
+//!   its whole `max_tokens`, and a stream is charged only when it ends, so concurrent requests
+//!   (streams especially) can overshoot the token budget by up to their combined output. The debt
+//!   is carried: later requests wait until the bucket is out of debt.
+//! - A stream that ends without usage (the client disconnected, or a chat stream without
+//!   `stream_options.include_usage`) keeps only its reserved input estimate.
+//! - The counters are reset by a config reload (SIGHUP).
+
+#![allow(dead_code)] // until wired into the request path
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::ConfigError;
+use crate::error::GwError;
+
+const WINDOW_NS: u64 = 60_000_000_000;
+
+/// One policy as written in the config file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub requests_per_minute: Option<u64>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+}
+
+/// The `limits` section as written in the config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    #[serde(default)]
+    pub default_key: Option<Policy>,
+    #[serde(default)]
+    pub keys: BTreeMap<String, Policy>,
+    #[serde(default)]
+    pub models: BTreeMap<String, Policy>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Key,
+    Model,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Model => "model",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Requests,
+    Tokens,
+    Concurrency,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Requests => "requests",
+            Kind::Tokens => "tokens",
+            Kind::Concurrency => "concurrency",
+        }
+    }
+}
+
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+/// Nanoseconds on a monotonic clock; starts at one window so that `now - WINDOW` never wraps.
+fn now_ns() -> u64 {
+    epoch().elapsed().as_nanos() as u64 + WINDOW_NS
+}
+
+/// GCRA state: the theoretical arrival time in `now_ns` units.
+#[derive(Debug)]
+struct Gcra {
+    tat: AtomicU64,
+    /// Nanoseconds per unit (request or token).
+    interval: u64,
+    limit: u64,
+}
+
+impl Gcra {
+    fn new(per_minute: u64) -> Self {
+        Gcra {
+            tat: AtomicU64::new(0),
+            interval: (WINDOW_NS / per_minute).max(1),
+            limit: per_minute,
+        }
+    }
+
+    /// Takes `n` units if the result stays within one window of debt. Err: nanoseconds to wait.
+    fn take(&self, now: u64, n: u64) -> Result<u64, u64> {
+        let cost = n.saturating_mul(self.interval);
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let new = tat.max(now).saturating_add(cost);
+            if new - now > WINDOW_NS {
+                return Err(new - now - WINDOW_NS);
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(new),
+                Err(t) => tat = t,
+            }
+        }
+    }
+
+    /// Whether any budget is left (the bucket is not fully spent or in debt). Err: ns to wait.
+    fn check(&self, now: u64) -> Result<(), u64> {
+        let tat = self.tat.load(Ordering::Relaxed);
+        let debt = tat.saturating_sub(now);
+        if debt + self.interval > WINDOW_NS {
+            Err(debt + self.interval - WINDOW_NS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Adds `n` units unconditionally (a charge may overshoot; the debt is carried).
+    fn charge(&self, now: u64, n: u64) {
+        let cost = n.saturating_mul(self.interval);
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let new = tat.max(now).saturating_add(cost);
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(t) => tat = t,
+            }
+        }
+    }
+
+    /// Gives back `n` units (a refund after a rollback or an over-estimate).
+    fn refund(&self, n: u64) {
+        let cost = n.saturating_mul(self.interval);
+        let _ = self
+            .tat
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_sub(cost))
+            });
+    }
+
+    fn remaining(&self, now: u64) -> u64 {
+        let debt = self.tat.load(Ordering::Relaxed).saturating_sub(now);
+        WINDOW_NS.saturating_sub(debt) / self.interval
+    }
+
+    /// Time until the bucket is full again.
+    fn reset(&self, now: u64) -> Duration {
+        Duration::from_nanos(self.tat.load(Ordering::Relaxed).saturating_sub(now))
+    }
+}
+
+/// The live counters of one policy for one key or one model.
+#[derive(Debug)]
+pub struct PolicyState {
+    scope: Scope,
+    name: String,
+    policy: Policy,
+    requests: Option<Gcra>,
+    tokens: Option<Gcra>,
+    inflight: AtomicU32,
+}
+
+impl PolicyState {
+    fn new(scope: Scope, name: &str, policy: Policy) -> Self {
+        PolicyState {
+            scope,
+            name: name.to_owned(),
+            policy,
+            requests: policy.requests_per_minute.map(Gcra::new),
+            tokens: policy.tokens_per_minute.map(Gcra::new),
+            inflight: AtomicU32::new(0),
+        }
+    }
+
+    pub fn inflight(&self) -> u32 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+}
+
+/// All policies; immutable apart from the atomics, rebuilt on reload.
+#[derive(Debug, Default)]
+pub struct Limits {
+    keys: HashMap<String, Arc<PolicyState>>,
+    models: HashMap<String, Arc<PolicyState>>,
+}
+
+/// A request that passed every policy. Holds the concurrency slots until dropped.
+#[derive(Debug, Default)]
+pub struct Admission {
+    held: Vec<Arc<PolicyState>>,
+    reserved_tokens: u64,
+    settled: bool,
+}
+
+/// Why a request was refused, with what the 429 must say.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub scope: Scope,
+    pub kind: Kind,
+    pub name: String,
+    pub retry_after: Duration,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl Limits {
+    /// Builds the policies from the top-level `limits` value. `key_ids` are the configured key ids
+    /// and `aliases` the configured model aliases; a policy naming anything else is an error (a
+    /// typo would otherwise leave that key or model unlimited).
+    pub fn from_config(
+        v: Option<&Value>,
+        key_ids: &[String],
+        aliases: &[&str],
+        errors: &mut Vec<ConfigError>,
+        warnings: &mut Vec<String>,
+    ) -> Limits {
+        let Some(v) = v else {
+            return Limits::default();
+        };
+        let cfg = match LimitsConfig::deserialize(v) {
+            Ok(c) => c,
+            Err(e) => {
+                errors.push(ConfigError {
+                    path: "$.limits".into(),
+                    message: e.to_string(),
+                });
+                return Limits::default();
+            }
+        };
+        let check = |path: String, p: &Policy, errors: &mut Vec<ConfigError>| -> bool {
+            let mut ok = true;
+            for (f, v) in [
+                ("requests_per_minute", p.requests_per_minute),
+                ("tokens_per_minute", p.tokens_per_minute),
+                ("max_concurrent", p.max_concurrent.map(u64::from)),
+            ] {
+                match v {
+                    Some(0) => {
+                        errors.push(ConfigError {
+                            path: format!("{path}.{f}"),
+                            message: "must be a positive integer".into(),
+                        });
+                        ok = false;
+                    }
+                    Some(n) if n > 1_000_000_000 => {
+                        errors.push(ConfigError {
+                            path: format!("{path}.{f}"),
+                            message: "must be at most 1000000000".into(),
+                        });
+                        ok = false;
+                    }
+                    _ => {}
+                }
+            }
+            ok
+        };
+        let mut out = Limits::default();
+        if let Some(d) = &cfg.default_key {
+            if check("$.limits.default_key".into(), d, errors) {
+                for id in key_ids {
+                    if !cfg.keys.contains_key(id) {
+                        out.keys
+                            .insert(id.clone(), Arc::new(PolicyState::new(Scope::Key, id, *d)));
+                    }
+                }
+            }
+            if key_ids.is_empty() {
+                warnings.push(
+                    "$.limits.default_key: no keys are configured, so no key policy applies".into(),
+                );
+            }
+        }
+        for (id, p) in &cfg.keys {
+            let path = format!("$.limits.keys.{id}");
+            if !key_ids.iter().any(|k| k == id) {
+                errors.push(ConfigError {
+                    path,
+                    message: format!("no key with id {id:?} is configured in $.keys"),
+                });
+                continue;
+            }
+            if check(path, p, errors) {
+                out.keys
+                    .insert(id.clone(), Arc::new(PolicyState::new(Scope::Key, id, *p)));
+            }
+        }
+        for (alias, p) in &cfg.models {
+            let path = format!("$.limits.models.{alias}");
+            if !aliases.contains(&alias.as_str()) {
+                errors.push(ConfigError {
+                    path,
+                    message: format!("no model alias {alias:?} is configured in $.models"),
+                });
+                continue;
+            }
+            if check(path, p, errors) {
+                out.models.insert(
+                    alias.clone(),
+                    Arc::new(PolicyState::new(Scope::Model, alias, *p)),
+                );
+            }
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && self.models.is_empty()
+    }
+
+    /// Checks and takes from every policy that applies to (key, model): concurrency, then
+    /// requests, then tokens (reserving `estimated_tokens`). All or nothing: on a rejection what
+    /// was already taken is given back.
+    pub fn admit(
+        &self,
+        key: Option<&str>,
+        model: &str,
+        estimated_tokens: u64,
+    ) -> Result<Admission, Rejection> {
+        self.admit_at(now_ns(), key, model, estimated_tokens)
+    }
+
+    fn admit_at(
+        &self,
+        now: u64,
+        key: Option<&str>,
+        model: &str,
+        estimated_tokens: u64,
+    ) -> Result<Admission, Rejection> {
+        let mut adm = Admission {
+            held: Vec::new(),
+            reserved_tokens: estimated_tokens,
+            settled: false,
+        };
+        if self.is_empty() {
+            return Ok(adm);
+        }
+        let k = key.and_then(|k| self.keys.get(k));
+        let m = self.models.get(model);
+        for st in [k, m].into_iter().flatten() {
+            if let Some(max) = st.policy.max_concurrent {
+                let prev = st.inflight.fetch_add(1, Ordering::Relaxed);
+                if prev >= max {
+                    st.inflight.fetch_sub(1, Ordering::Relaxed);
+                    adm.rollback();
+                    return Err(Rejection::new(
+                        st,
+                        Kind::Concurrency,
+                        now,
+                        Duration::from_secs(1),
+                    ));
+                }
+            }
+            // Pushed now so that the rollback below releases the slot just taken.
+            adm.held.push(st.clone());
+            if let Some(r) = &st.requests {
+                if let Err(wait) = r.take(now, 1) {
+                    adm.held.pop();
+                    release_slot(st);
+                    adm.rollback();
+                    return Err(Rejection::new(
+                        st,
+                        Kind::Requests,
+                        now,
+                        Duration::from_nanos(wait),
+                    ));
+                }
+            }
+            if let Some(t) = &st.tokens {
+                if let Err(wait) = t.check(now) {
+                    if let Some(r) = &st.requests {
+                        r.refund(1);
+                    }
+                    adm.held.pop();
+                    release_slot(st);
+                    adm.rollback();
+                    return Err(Rejection::new(
+                        st,
+                        Kind::Tokens,
+                        now,
+                        Duration::from_nanos(wait),
+                    ));
+                }
+            }
+        }
+        // Every check passed: reserve the token estimate.
+        for st in &adm.held {
+            if let Some(t) = &st.tokens {
+                t.charge(now, estimated_tokens);
+            }
+        }
+        Ok(adm)
+    }
+}
+
+fn release_slot(st: &PolicyState) {
+    if st.policy.max_concurrent.is_some() {
+        st.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Admission {
+    /// Undo a partial admission (before any token was reserved).
+    fn rollback(&mut self) {
+        for st in self.held.drain(..) {
+            if let Some(r) = &st.requests {
+                r.refund(1);
+            }
+            release_slot(&st);
+        }
+        self.settled = true;
+    }
+
+    /// Charges the real token usage (input + output) in place of the estimate. Call once, when
+    /// the usage is known (end of a non-streaming response, end of a stream).
+    pub fn settle(&mut self, actual_tokens: u64) {
+        if self.settled {
+            return;
+        }
+        self.settled = true;
+        let now = now_ns();
+        for st in &self.held {
+            if let Some(t) = &st.tokens {
+                if actual_tokens >= self.reserved_tokens {
+                    t.charge(now, actual_tokens - self.reserved_tokens);
+                } else {
+                    t.refund(self.reserved_tokens - actual_tokens);
+                }
+            }
+        }
+    }
+
+    /// `x-ratelimit-*` headers describing the tightest applied policy (key first), for a
+    /// successful response. Writes nothing when no rate policy applied.
+    pub fn headers(&self, h: &mut HeaderMap) {
+        if let Some(st) = self
+            .held
+            .iter()
+            .find(|s| s.requests.is_some() || s.tokens.is_some())
+        {
+            for (n, v) in policy_headers(st, now_ns()) {
+                h.insert(n, v);
+            }
+        }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        for st in &self.held {
+            release_slot(st);
+        }
+    }
+}
+
+/// OpenAI-style duration: `250ms`, `12s`, `1m30s`.
+fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_millis() as u64;
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = ms.div_ceil(1000);
+    if s < 60 {
+        format!("{s}s")
+    } else {
+        format!("{}m{}s", s / 60, s % 60)
+    }
+}
+
+fn hv(s: String) -> HeaderValue {
+    HeaderValue::from_str(&s).expect("digits and letters")
+}
+
+fn policy_headers(st: &PolicyState, now: u64) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::with_capacity(9);
+    let mut push = |kind: &str, limit: u64, remaining: u64, reset: Duration| {
+        out.push((
+            HeaderName::from_bytes(format!("x-ratelimit-limit-{kind}").as_bytes()).unwrap(),
+            HeaderValue::from(limit),
+        ));
+        out.push((
+            HeaderName::from_bytes(format!("x-ratelimit-remaining-{kind}").as_bytes()).unwrap(),
+            HeaderValue::from(remaining),
+        ));
+        out.push((
+            HeaderName::from_bytes(format!("x-ratelimit-reset-{kind}").as_bytes()).unwrap(),
+            hv(fmt_duration(reset)),
+        ));
+    };
+    if let Some(r) = &st.requests {
+        push("requests", r.limit, r.remaining(now), r.reset(now));
+    }
+    if let Some(t) = &st.tokens {
+        push("tokens", t.limit, t.remaining(now), t.reset(now));
+    }
+    if let Some(max) = st.policy.max_concurrent {
+        let cur = st.inflight.load(Ordering::Relaxed).min(max);
+        push(
+            "concurrency",
+            u64::from(max),
+            u64::from(max - cur),
+            Duration::ZERO,
+        );
+    }
+    out
+}
+
+impl Rejection {
+    fn new(st: &PolicyState, kind: Kind, now: u64, retry_after: Duration) -> Self {
+        Rejection {
+            scope: st.scope,
+            kind,
+            name: st.name.clone(),
+            retry_after,
+            headers: policy_headers(st, now),
+        }
+    }
+
+    /// Whole seconds for `retry-after` (rounded up, at least 1).
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_millis().div_ceil(1000).max(1) as u64
+    }
+
+    /// `retry-after`, `retry-after-ms` and the `x-ratelimit-*` headers of the refusing policy.
+    pub fn apply_headers(&self, h: &mut HeaderMap) {
+        h.insert(
+            http::header::RETRY_AFTER,
+            HeaderValue::from(self.retry_after_secs()),
+        );
+        h.insert(
+            HeaderName::from_static("retry-after-ms"),
+            HeaderValue::from(self.retry_after.as_millis().max(1) as u64),
+        );
+        for (n, v) in &self.headers {
+            h.insert(n.clone(), v.clone());
+        }
+    }
+
+    pub fn message(&self) -> String {
+        let what = match self.kind {
+            Kind::Requests => "requests per minute",
+            Kind::Tokens => "tokens per minute",
+            Kind::Concurrency => "concurrent requests",
+        };
+        format!(
+            "rate limit exceeded: {what} for {} {:?}; retry after {}",
+            self.scope.as_str(),
+            self.name,
+            fmt_duration(self.retry_after)
+        )
+    }
+
+    /// The 429 as a dialect error (its `retry_after` is set; the `x-ratelimit-*` headers are added
+    /// to the response with [`Rejection::apply_headers`]).
+    pub fn to_gw_error(&self) -> GwError {
+        let mut e = GwError::new(StatusCode::TOO_MANY_REQUESTS, self.message());
+        e.code = Some("rate_limit_exceeded");
+        e.retry_after = Some(self.retry_after_secs());
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn limits(json: &str, keys: &[&str], models: &[&str]) -> (Limits, Vec<ConfigError>) {
+        let v: Value = serde_json::from_str(json).unwrap();
+        let keys: Vec<String> = keys.iter().map(|s| s.to_string()).collect();
+        let mut errs = Vec::new();
+        let l = Limits::from_config(Some(&v), &keys, models, &mut errs, &mut Vec::new());
+        (l, errs)
+    }
+
+    #[test]
+    fn requests_per_minute_burst_then_refill() {
+        let (l, e) = limits(r#"{"keys":{"a":{"requests_per_minute":60}}}"#, &["a"], &[]);
+        assert!(e.is_empty());
+        let t0 = 100 * S;
+        for i in 0..60 {
+            assert!(l.admit_at(t0, Some("a"), "m", 0).is_ok(), "request {i}");
+        }
+        let r = l.admit_at(t0, Some("a"), "m", 0).unwrap_err();
+        assert_eq!(r.kind, Kind::Requests);
+        assert_eq!(r.retry_after_secs(), 1);
+        // One per second refills.
+        assert!(l.admit_at(t0 + S, Some("a"), "m", 0).is_ok());
+        assert!(l.admit_at(t0 + S, Some("a"), "m", 0).is_err());
+        // Other keys and the open path are not affected.
+        assert!(l.admit_at(t0, Some("b"), "m", 0).is_ok());
+        assert!(l.admit_at(t0, None, "m", 0).is_ok());
+    }
+
+    #[test]
+    fn tokens_checked_before_charged_after() {
+        let (l, _) = limits(
+            r#"{"models":{"m":{"tokens_per_minute":1000}}}"#,
+            &[],
+            &["m"],
+        );
+        let t0 = 100 * S;
+        let mut a = l.admit_at(t0, None, "m", 100).unwrap();
+        // Real usage far above the estimate: the bucket goes into debt (overshoot).
+        a.settle(5000);
+        let r = l.admit_at(t0, None, "m", 10).unwrap_err();
+        assert_eq!(r.kind, Kind::Tokens);
+        // Debt of 4000 tokens at 1000/min: about 4 minutes until any budget returns.
+        assert!(
+            r.retry_after >= Duration::from_secs(239),
+            "{:?}",
+            r.retry_after
+        );
+        assert!(l.admit_at(t0 + 241 * S, None, "m", 10).is_ok());
+    }
+
+    #[test]
+    fn settle_refunds_overestimate() {
+        let (l, _) = limits(
+            r#"{"models":{"m":{"tokens_per_minute":1000}}}"#,
+            &[],
+            &["m"],
+        );
+        let t0 = 100 * S;
+        let mut a = l.admit_at(t0, None, "m", 900).unwrap();
+        a.settle(100);
+        let st = &l.models["m"];
+        let rem = st.tokens.as_ref().unwrap().remaining(t0);
+        assert!((899..=900).contains(&rem), "{rem}");
+    }
+
+    #[test]
+    fn concurrency_guard_releases_on_drop() {
+        let (l, _) = limits(
+            r#"{"default_key":{"max_concurrent":2},"models":{"m":{"requests_per_minute":1000}}}"#,
+            &["a", "b"],
+            &["m"],
+        );
+        let a1 = l.admit(Some("a"), "m", 0).unwrap();
+        let a2 = l.admit(Some("a"), "m", 0).unwrap();
+        let r = l.admit(Some("a"), "m", 0).unwrap_err();
+        assert_eq!(r.kind, Kind::Concurrency);
+        assert_eq!(r.scope, Scope::Key);
+        // Key b has its own slots.
+        let _b = l.admit(Some("b"), "m", 0).unwrap();
+        drop(a1);
+        let a3 = l.admit(Some("a"), "m", 0).unwrap();
+        drop((a2, a3));
+        assert_eq!(l.keys["a"].inflight(), 0);
+    }
+
+    #[test]
+    fn rejection_rolls_back_earlier_policies() {
+        let (l, _) = limits(
+            r#"{"keys":{"a":{"requests_per_minute":100,"max_concurrent":5}},
+                "models":{"m":{"requests_per_minute":1}}}"#,
+            &["a"],
+            &["m"],
+        );
+        let t0 = 100 * S;
+        let _first = l.admit_at(t0, Some("a"), "m", 0).unwrap();
+        let r = l.admit_at(t0, Some("a"), "m", 0).unwrap_err();
+        assert_eq!((r.scope, r.kind), (Scope::Model, Kind::Requests));
+        let k = &l.keys["a"];
+        assert_eq!(k.inflight(), 1, "the rejected request's slot was released");
+        assert_eq!(k.requests.as_ref().unwrap().remaining(t0), 99);
+    }
+
+    #[test]
+    fn rejection_headers() {
+        let (l, _) = limits(
+            r#"{"keys":{"a":{"requests_per_minute":2,"tokens_per_minute":1000}}}"#,
+            &["a"],
+            &[],
+        );
+        let t0 = 100 * S;
+        let ok = l.admit_at(t0, Some("a"), "m", 10).unwrap();
+        let mut h = HeaderMap::new();
+        ok.headers(&mut h);
+        assert_eq!(h["x-ratelimit-limit-requests"], "2");
+        let _ = l.admit_at(t0, Some("a"), "m", 10).unwrap();
+        let r = l.admit_at(t0, Some("a"), "m", 10).unwrap_err();
+        let mut h = HeaderMap::new();
+        r.apply_headers(&mut h);
+        assert_eq!(h["retry-after"], "30");
+        assert_eq!(h["x-ratelimit-limit-requests"], "2");
+        assert_eq!(h["x-ratelimit-remaining-requests"], "0");
+        assert_eq!(h["x-ratelimit-limit-tokens"], "1000");
+        assert!(h.contains_key("x-ratelimit-reset-tokens"));
+        assert!(h.contains_key("x-ratelimit-reset-requests"));
+        let e = r.to_gw_error();
+        assert_eq!(e.status, 429);
+        assert_eq!(e.retry_after, Some(30));
+    }
+
+    #[test]
+    fn config_errors_have_paths() {
+        let (_, e) = limits(
+            r#"{"keys":{"zz":{"requests_per_minute":1}},"models":{"m":{"max_concurrent":0},"q":{}}}"#,
+            &["a"],
+            &["m"],
+        );
+        let p: Vec<_> = e.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            p,
+            [
+                "$.limits.keys.zz",
+                "$.limits.models.m.max_concurrent",
+                "$.limits.models.q"
+            ]
+        );
+        let (_, e) = limits(r#"{"modles":{}}"#, &[], &[]);
+        assert_eq!(e[0].path, "$.limits");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(fmt_duration(Duration::from_millis(1200)), "2s");
+        assert_eq!(fmt_duration(Duration::from_secs(90)), "1m30s");
+    }
+
+    /// Cost of one admission against one shared policy, single-threaded and with every core
+    /// hammering the same policy (the worst case for the global atomics). Run with
+    /// `cargo test -p gateway --release limits::tests::bench_admit -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn bench_admit() {
+        let (l, _) = limits(
+            r#"{"keys":{"a":{"requests_per_minute":1000000000,"tokens_per_minute":1000000000,"max_concurrent":100000}}}"#,
+            &["a"],
+            &[],
+        );
+        let l = Arc::new(l);
+        let n = 2_000_000u64;
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        for t in [1, threads] {
+            let start = Instant::now();
+            let hs: Vec<_> = (0..t)
+                .map(|_| {
+                    let l = l.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..n {
+                            let mut a = l.admit(Some("a"), "m", 10).unwrap();
+                            a.settle(12);
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            let el = start.elapsed();
+            println!(
+                "admit+settle+drop, {t} thread(s): {:.1} ns per request per thread",
+                el.as_nanos() as f64 / n as f64
+            );
+        }
+    }
+}

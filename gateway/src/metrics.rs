@@ -1,0 +1,605 @@
+//! Prometheus metrics, collected per worker and summed when scraped.
+//!
+//! Every thread that records gets its own [`Shard`] (a thread-local, registered once): plain
+//! relaxed loads and stores of atomics that only that thread writes, so the request path takes no
+//! lock and writes no cache line another worker writes. `/metrics` on its own listener sums the
+//! shards at scrape time.
+//!
+//! Label cardinality is bounded by construction: `route` is one of the three client routes,
+//! `status` one of a fixed list of codes or `other`, and `model` one of the configured aliases
+//! (at most [`MAX_MODELS`], interned at config load, append-only across reloads), `other` for an
+//! alias that is not configured and `none` when the request failed before its model was known.
+//!
+//! ```json
+//! "metrics": { "listen": "127.0.0.1:9464" }      // "enabled": false turns the listener off
+//! ```
+
+#![allow(dead_code)] // until wired into the request path
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::ConfigError;
+use crate::error::Dialect;
+use crate::limits::{Kind, Scope};
+
+/// The most aliases that get their own `model` label value; the rest count as `other`.
+pub const MAX_MODELS: usize = 64;
+/// Label index for "no model known" and for "alias not configured".
+pub const MODEL_NONE: u16 = 0;
+pub const MODEL_OTHER: u16 = 1;
+const NMODELS: usize = MAX_MODELS + 2;
+
+const ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+const NROUTES: usize = ROUTES.len();
+
+const STATUSES: [u16; 17] = [
+    200, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 499, 500, 502, 503, 504,
+];
+const NSTATUS: usize = STATUSES.len() + 1;
+
+/// Histogram upper bounds in seconds (plus +Inf): 50 µs (gateway overhead) to 60 s (a stream).
+const BUCKETS: [f64; 19] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0, 30.0, 60.0,
+];
+const NBUCKETS: usize = BUCKETS.len() + 1;
+
+const NKINDS: usize = 3;
+const NSCOPES: usize = 2;
+
+#[derive(Clone, Copy, Debug)]
+pub enum Hist {
+    /// Whole request, as the client sees it (for a stream: until the stream ends).
+    Duration = 0,
+    /// From sending the upstream request to the end of the upstream response.
+    Upstream = 1,
+    /// From the request's arrival to the first content event of a stream.
+    FirstToken = 2,
+    /// Duration minus upstream duration: the gateway's own time.
+    Overhead = 3,
+}
+const NHIST: usize = 4;
+const HIST_NAMES: [(&str, &str); NHIST] = [
+    (
+        "gateway_request_duration_seconds",
+        "Request duration as seen by the client (streams: until the stream ends).",
+    ),
+    (
+        "gateway_upstream_duration_seconds",
+        "Upstream request duration (sent to last byte received).",
+    ),
+    (
+        "gateway_time_to_first_token_seconds",
+        "Streaming requests: arrival to first content event.",
+    ),
+    (
+        "gateway_overhead_seconds",
+        "Gateway overhead: request duration minus upstream duration.",
+    ),
+];
+
+fn route_idx(d: Dialect) -> usize {
+    match d {
+        Dialect::Chat => 0,
+        Dialect::Messages => 1,
+        Dialect::Responses => 2,
+    }
+}
+
+fn status_idx(s: u16) -> usize {
+    STATUSES
+        .iter()
+        .position(|&c| c == s)
+        .unwrap_or(STATUSES.len())
+}
+
+fn bucket_idx(secs: f64) -> usize {
+    BUCKETS
+        .iter()
+        .position(|&b| secs <= b)
+        .unwrap_or(BUCKETS.len())
+}
+
+/// Single-writer counter bump: only the owning thread writes a shard, so a load and a store
+/// (plain `mov`s on x86) replace a locked read-modify-write.
+#[inline]
+fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+fn zeros(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+/// One thread's counters.
+pub struct Shard {
+    requests: Box<[AtomicU64]>,    // route × model × status
+    tokens: Box<[AtomicU64]>,      // route × model × {in, out}
+    rejections: Box<[AtomicU64]>,  // route × model × scope × kind
+    hist: Box<[AtomicU64]>,        // hist × route × bucket
+    hist_sum_ns: Box<[AtomicU64]>, // hist × route
+    inflight: [AtomicI64; NROUTES],
+}
+
+impl Shard {
+    fn new() -> Self {
+        Shard {
+            requests: zeros(NROUTES * NMODELS * NSTATUS),
+            tokens: zeros(NROUTES * NMODELS * 2),
+            rejections: zeros(NROUTES * NMODELS * NSCOPES * NKINDS),
+            hist: zeros(NHIST * NROUTES * NBUCKETS),
+            hist_sum_ns: zeros(NHIST * NROUTES),
+            inflight: Default::default(),
+        }
+    }
+}
+
+struct Registry {
+    shards: Mutex<Vec<Arc<Shard>>>,
+    /// Interned alias names; index = label index.
+    models: Mutex<Vec<String>>,
+}
+
+fn registry() -> &'static Registry {
+    static R: OnceLock<Registry> = OnceLock::new();
+    R.get_or_init(|| Registry {
+        shards: Mutex::new(Vec::new()),
+        models: Mutex::new(vec!["none".into(), "other".into()]),
+    })
+}
+
+thread_local! {
+    static SHARD: Arc<Shard> = {
+        let s = Arc::new(Shard::new());
+        registry().shards.lock().unwrap().push(s.clone());
+        s
+    };
+}
+
+#[inline]
+fn with_shard<R>(f: impl FnOnce(&Shard) -> R) -> R {
+    SHARD.with(|s| f(s))
+}
+
+/// Alias → `model` label index, built at config load and kept in the config snapshot, so the
+/// request path needs no lock to find a label.
+#[derive(Debug, Default)]
+pub struct ModelLabels {
+    map: HashMap<String, u16>,
+}
+
+impl ModelLabels {
+    /// Interns `aliases` (sorted for stable indices); past [`MAX_MODELS`] they map to `other`.
+    pub fn new<'a>(aliases: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut sorted: Vec<&str> = aliases.into_iter().collect();
+        sorted.sort_unstable();
+        let mut names = registry().models.lock().unwrap();
+        let mut map = HashMap::with_capacity(sorted.len());
+        for a in sorted {
+            let idx = match names.iter().skip(2).position(|n| n == a) {
+                Some(i) => (i + 2) as u16,
+                None if names.len() < NMODELS => {
+                    names.push(a.to_owned());
+                    (names.len() - 1) as u16
+                }
+                None => MODEL_OTHER,
+            };
+            map.insert(a.to_owned(), idx);
+        }
+        ModelLabels { map }
+    }
+
+    pub fn index(&self, alias: &str) -> u16 {
+        self.map.get(alias).copied().unwrap_or(MODEL_OTHER)
+    }
+}
+
+// --- recording (request path) ---
+
+pub fn inflight_add(route: Dialect, delta: i64) {
+    with_shard(|s| {
+        let a = &s.inflight[route_idx(route)];
+        a.store(a.load(Ordering::Relaxed) + delta, Ordering::Relaxed);
+    })
+}
+
+/// Everything one finished request contributes.
+pub struct Sample {
+    pub route: Dialect,
+    pub model: u16,
+    pub status: u16,
+    pub duration: Duration,
+    pub upstream: Option<Duration>,
+    pub first_token: Option<Duration>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub rejected: Option<(Scope, Kind)>,
+}
+
+pub fn record(x: &Sample) {
+    let r = route_idx(x.route);
+    let m = (x.model as usize).min(NMODELS - 1);
+    with_shard(|s| {
+        bump(
+            &s.requests[(r * NMODELS + m) * NSTATUS + status_idx(x.status)],
+            1,
+        );
+        if x.tokens_in > 0 {
+            bump(&s.tokens[(r * NMODELS + m) * 2], x.tokens_in);
+        }
+        if x.tokens_out > 0 {
+            bump(&s.tokens[(r * NMODELS + m) * 2 + 1], x.tokens_out);
+        }
+        if let Some((scope, kind)) = x.rejected {
+            let sc = match scope {
+                Scope::Key => 0,
+                Scope::Model => 1,
+            };
+            let k = match kind {
+                Kind::Requests => 0,
+                Kind::Tokens => 1,
+                Kind::Concurrency => 2,
+            };
+            bump(
+                &s.rejections[((r * NMODELS + m) * NSCOPES + sc) * NKINDS + k],
+                1,
+            );
+        }
+        let obs = |h: Hist, d: Duration| {
+            let base = (h as usize * NROUTES + r) * NBUCKETS;
+            bump(&s.hist[base + bucket_idx(d.as_secs_f64())], 1);
+            bump(
+                &s.hist_sum_ns[h as usize * NROUTES + r],
+                d.as_nanos() as u64,
+            );
+        };
+        obs(Hist::Duration, x.duration);
+        if let Some(u) = x.upstream {
+            obs(Hist::Upstream, u);
+            obs(Hist::Overhead, x.duration.saturating_sub(u));
+        }
+        if let Some(t) = x.first_token {
+            obs(Hist::FirstToken, t);
+        }
+    })
+}
+
+// --- exposition ---
+
+fn sum(shards: &[Arc<Shard>], f: impl Fn(&Shard) -> &AtomicU64) -> u64 {
+    shards
+        .iter()
+        .map(|s| f(s).load(Ordering::Relaxed))
+        .fold(0, u64::wrapping_add)
+}
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// The Prometheus text exposition (format 0.0.4) of everything recorded so far.
+pub fn render() -> String {
+    let shards: Vec<Arc<Shard>> = registry().shards.lock().unwrap().clone();
+    let models: Vec<String> = registry().models.lock().unwrap().clone();
+    let mut o = String::with_capacity(16 * 1024);
+
+    o.push_str("# HELP gateway_requests_total Requests by route, model alias and status.\n");
+    o.push_str("# TYPE gateway_requests_total counter\n");
+    for (r, route) in ROUTES.iter().enumerate() {
+        for (m, model) in models.iter().enumerate() {
+            for st in 0..NSTATUS {
+                let v = sum(&shards, |s| &s.requests[(r * NMODELS + m) * NSTATUS + st]);
+                if v > 0 {
+                    let code = STATUSES
+                        .get(st)
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "other".into());
+                    let _ = writeln!(
+                        o,
+                        "gateway_requests_total{{route=\"{route}\",model=\"{}\",status=\"{code}\"}} {v}",
+                        esc(model)
+                    );
+                }
+            }
+        }
+    }
+
+    o.push_str("# HELP gateway_tokens_total Tokens reported by the upstream, by direction.\n");
+    o.push_str("# TYPE gateway_tokens_total counter\n");
+    for (r, route) in ROUTES.iter().enumerate() {
+        for (m, model) in models.iter().enumerate() {
+            for (d, dir) in ["in", "out"].iter().enumerate() {
+                let v = sum(&shards, |s| &s.tokens[(r * NMODELS + m) * 2 + d]);
+                if v > 0 {
+                    let _ = writeln!(
+                        o,
+                        "gateway_tokens_total{{route=\"{route}\",model=\"{}\",direction=\"{dir}\"}} {v}",
+                        esc(model)
+                    );
+                }
+            }
+        }
+    }
+
+    o.push_str("# HELP gateway_rate_limited_total Requests refused by a rate-limit policy.\n");
+    o.push_str("# TYPE gateway_rate_limited_total counter\n");
+    for (r, route) in ROUTES.iter().enumerate() {
+        for (m, model) in models.iter().enumerate() {
+            for (sc, scope) in ["key", "model"].iter().enumerate() {
+                for (k, kind) in ["requests", "tokens", "concurrency"].iter().enumerate() {
+                    let v = sum(&shards, |s| {
+                        &s.rejections[((r * NMODELS + m) * NSCOPES + sc) * NKINDS + k]
+                    });
+                    if v > 0 {
+                        let _ = writeln!(
+                            o,
+                            "gateway_rate_limited_total{{route=\"{route}\",model=\"{}\",scope=\"{scope}\",kind=\"{kind}\"}} {v}",
+                            esc(model)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    o.push_str(
+        "# HELP gateway_requests_in_flight Requests being served (streams until they end).\n",
+    );
+    o.push_str("# TYPE gateway_requests_in_flight gauge\n");
+    for (r, route) in ROUTES.iter().enumerate() {
+        let v: i64 = shards
+            .iter()
+            .map(|s| s.inflight[r].load(Ordering::Relaxed))
+            .sum();
+        let _ = writeln!(o, "gateway_requests_in_flight{{route=\"{route}\"}} {v}");
+    }
+
+    for (h, (name, help)) in HIST_NAMES.iter().enumerate() {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} histogram");
+        for (r, route) in ROUTES.iter().enumerate() {
+            let base = (h * NROUTES + r) * NBUCKETS;
+            let counts: Vec<u64> = (0..NBUCKETS)
+                .map(|b| sum(&shards, |s| &s.hist[base + b]))
+                .collect();
+            let total: u64 = counts.iter().sum();
+            if total == 0 {
+                continue;
+            }
+            let mut cum = 0;
+            for (b, c) in counts.iter().enumerate() {
+                cum += c;
+                let le = BUCKETS
+                    .get(b)
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "+Inf".into());
+                let _ = writeln!(o, "{name}_bucket{{route=\"{route}\",le=\"{le}\"}} {cum}");
+            }
+            let ns = sum(&shards, |s| &s.hist_sum_ns[h * NROUTES + r]);
+            let _ = writeln!(o, "{name}_sum{{route=\"{route}\"}} {}", ns as f64 / 1e9);
+            let _ = writeln!(o, "{name}_count{{route=\"{route}\"}} {total}");
+        }
+    }
+
+    let dropped = crate::access_log::dropped_lines();
+    o.push_str("# HELP gateway_access_log_dropped_total Access-log lines dropped because the sink could not keep up.\n");
+    o.push_str("# TYPE gateway_access_log_dropped_total counter\n");
+    let _ = writeln!(o, "gateway_access_log_dropped_total {dropped}");
+    o
+}
+
+// --- configuration and listener ---
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub listen: SocketAddr,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl MetricsConfig {
+    /// The `metrics` section; `None` when absent or disabled (metrics are still collected).
+    pub fn from_config(v: Option<&Value>, errors: &mut Vec<ConfigError>) -> Option<MetricsConfig> {
+        let v = v?;
+        match MetricsConfig::deserialize(v) {
+            Ok(c) if c.enabled => Some(c),
+            Ok(_) => None,
+            Err(e) => {
+                errors.push(ConfigError {
+                    path: "$.metrics".into(),
+                    message: e.to_string(),
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Binds `addr` now (so that a bad address fails startup) and serves `GET /metrics` from a thread
+/// of its own, off the workers. Returns the bound address (for port 0).
+pub fn serve(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+    use anyhow::Context as _;
+    let std_listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot bind metrics listener {addr}"))?;
+    std_listener.set_nonblocking(true)?;
+    let bound = std_listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("gw-metrics".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("metrics: cannot start runtime: {e}");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else {
+                    eprintln!("metrics: cannot register listener");
+                    return;
+                };
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    tokio::spawn(async move {
+                        let svc = hyper::service::service_fn(|req| async move {
+                            Ok::<_, std::convert::Infallible>(scrape_response(&req))
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+            });
+        })?;
+    Ok(bound)
+}
+
+fn scrape_response<B>(
+    req: &http::Request<B>,
+) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    let (status, ctype, body) = match (req.method(), req.uri().path()) {
+        (&http::Method::GET, "/metrics") => {
+            (200, "text/plain; version=0.0.4; charset=utf-8", render())
+        }
+        _ => (404, "text/plain", "not found\n".to_owned()),
+    };
+    http::Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, ctype)
+        .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+        .expect("static parts")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(model: u16, status: u16) -> Sample {
+        Sample {
+            route: Dialect::Messages,
+            model,
+            status,
+            duration: Duration::from_millis(3),
+            upstream: Some(Duration::from_millis(2)),
+            first_token: None,
+            tokens_in: 10,
+            tokens_out: 5,
+            rejected: None,
+        }
+    }
+
+    #[test]
+    fn labels_are_bounded() {
+        let names: Vec<String> = (0..100)
+            .map(|i| format!("zz-metrics-test-{i:03}"))
+            .collect();
+        let l = ModelLabels::new(names.iter().map(|s| s.as_str()));
+        assert!(registry().models.lock().unwrap().len() <= NMODELS);
+        assert_eq!(l.index("not-configured"), MODEL_OTHER);
+        // Interning is stable across reloads.
+        let again = ModelLabels::new(names.iter().map(|s| s.as_str()));
+        assert_eq!(l.index(&names[0]), again.index(&names[0]));
+    }
+
+    #[test]
+    fn records_and_renders_across_threads() {
+        let l = ModelLabels::new(["metrics-test-model"]);
+        let m = l.index("metrics-test-model");
+        // Another test may have filled the label table first; then this alias is `other`.
+        let name = registry().models.lock().unwrap()[m as usize].clone();
+        record(&sample(m, 200));
+        std::thread::spawn(move || record(&sample(m, 200)))
+            .join()
+            .unwrap();
+        let mut rej = sample(MODEL_NONE, 429);
+        rej.rejected = Some((Scope::Key, Kind::Tokens));
+        record(&rej);
+        inflight_add(Dialect::Messages, 1);
+        inflight_add(Dialect::Messages, -1);
+        let text = render();
+        assert!(
+            text.contains(&format!(
+                "gateway_requests_total{{route=\"/v1/messages\",model=\"{name}\",status=\"200\"}}"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("gateway_rate_limited_total{route=\"/v1/messages\",model=\"none\",scope=\"key\",kind=\"tokens\"} 1"));
+        assert!(text.contains(&format!(
+            "gateway_tokens_total{{route=\"/v1/messages\",model=\"{name}\",direction=\"in\"}}"
+        )));
+        assert!(
+            text.contains("gateway_overhead_seconds_bucket{route=\"/v1/messages\",le=\"0.001\"}")
+        );
+        assert!(text.contains(
+            "gateway_request_duration_seconds_bucket{route=\"/v1/messages\",le=\"+Inf\"}"
+        ));
+        assert!(text.contains("gateway_requests_in_flight{route=\"/v1/messages\"} 0"));
+        // Every sample line is `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let v = line.rsplit(' ').next().unwrap();
+            assert!(v.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn buckets_and_statuses() {
+        assert_eq!(bucket_idx(0.00001), 0);
+        assert_eq!(bucket_idx(0.001), 4);
+        assert_eq!(bucket_idx(1e9), BUCKETS.len());
+        assert_eq!(status_idx(200), 0);
+        assert_eq!(status_idx(418), STATUSES.len());
+    }
+
+    #[test]
+    fn config() {
+        let mut e = Vec::new();
+        let v: Value = serde_json::from_str(r#"{"listen":"127.0.0.1:0"}"#).unwrap();
+        assert!(MetricsConfig::from_config(Some(&v), &mut e).is_some());
+        let v: Value = serde_json::from_str(r#"{"listen":"127.0.0.1:0","enabled":false}"#).unwrap();
+        assert!(MetricsConfig::from_config(Some(&v), &mut e).is_none());
+        assert!(e.is_empty());
+        let v: Value = serde_json::from_str(r#"{"listen":"nope"}"#).unwrap();
+        assert!(MetricsConfig::from_config(Some(&v), &mut e).is_none());
+        assert_eq!(e[0].path, "$.metrics");
+    }
+
+    #[test]
+    fn listener_serves_metrics() {
+        use std::io::{Read, Write};
+        let addr = serve("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("# TYPE gateway_requests_total counter"));
+    }
+}
