@@ -9,6 +9,12 @@ use crate::body::StreamTransform;
 use crate::error::{Dialect, GwError};
 use crate::sse::SseEvent;
 
+#[derive(serde::Deserialize)]
+struct Probe {
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
 pub struct NativeStream {
     dialect: Dialect,
     finder: memchr::memmem::Finder<'static>,
@@ -41,13 +47,17 @@ impl StreamTransform for NativeStream {
             out.extend_from_slice(b"data: [DONE]\n\n");
             return Ok(());
         }
-        if serde_json::from_slice::<IgnoredAny>(&ev.data).is_err() {
-            return Err(GwError::bad_upstream(
-                "upstream sent a frame that is not JSON",
-            ));
-        }
+        // Every frame is checked to be JSON (a broken frame must not reach the client as if it
+        // were fine); for chat the same pass notices an in-band error object, which ends the
+        // stream as the upstream's own error event.
+        let probe: Probe = serde_json::from_slice(&ev.data)
+            .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not JSON"))?;
         match self.dialect {
-            Dialect::Chat => {}
+            Dialect::Chat => {
+                if probe.error.is_some() {
+                    self.finished = true;
+                }
+            }
             Dialect::Messages => {
                 if matches!(&ev.event[..], b"message_stop" | b"error") {
                     self.finished = true;

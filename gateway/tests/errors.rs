@@ -305,3 +305,59 @@ fn client_disconnect_before_headers_cancels_upstream() {
     }
     assert_eq!(gw.terminate(), Some(0));
 }
+
+/// An upstream that starts a stream in its dialect, then reports an error in-band and closes.
+fn in_band_error_upstream() -> RawUpstream {
+    raw_upstream(|head, _body, s| {
+        let frames: Vec<String> = if head.starts_with("POST /v1/messages") {
+            vec![
+                "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"mock-claude\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":3,\"output_tokens\":0}}}\n\n".into(),
+                "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".into(),
+                "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hel\"}}\n\n".into(),
+                "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded upstream\"}}\n\n".into(),
+            ]
+        } else if head.starts_with("POST /v1/responses") {
+            vec![
+                "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"model\":\"mock-gpt\",\"output\":[]}}\n\n".into(),
+                "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"Overloaded upstream\",\"param\":null,\"sequence_number\":1}\n\n".into(),
+            ]
+        } else {
+            vec![
+                "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"mock-gpt\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n".into(),
+                "data: {\"error\":{\"message\":\"Overloaded upstream\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n".into(),
+            ]
+        };
+        let body: String = frames.concat();
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    })
+}
+
+#[test]
+fn upstream_in_band_error_event_ends_stream_with_dialect_error() {
+    let up = in_band_error_upstream();
+    let gw = start_gateway(&config(up.addr, 5000));
+    for path in PATHS {
+        for model in ["gpt", "claude"] {
+            let r = post(gw.addr, path, &body_for(path, model, "hi", true));
+            let ctx = format!("{path} {model}");
+            assert_stream_ends_in_error(path, &r, &ctx);
+            assert!(
+                r.text().contains("Overloaded upstream"),
+                "{ctx}: upstream message kept: {}",
+                r.text()
+            );
+            let errors = r
+                .events()
+                .iter()
+                .filter(|(e, d)| e == "error" || d.contains("\"error\":{"))
+                .count();
+            assert_eq!(errors, 1, "{ctx}: exactly one error event: {}", r.text());
+        }
+    }
+    assert_eq!(gw.terminate(), Some(0));
+}
