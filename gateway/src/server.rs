@@ -34,6 +34,9 @@ pub type UpstreamClient = Client<HttpConnector, UpBody>;
 pub struct Worker {
     pub client: UpstreamClient,
     snapshot: RefCell<Arc<Snapshot>>,
+    /// Reloads arrive here. Checking it is one atomic load of a line that is written only on
+    /// reload, so a reload is visible to the very next request without any lock on the path.
+    cfg: RefCell<watch::Receiver<Arc<Snapshot>>>,
     draining: Cell<bool>,
 }
 
@@ -41,6 +44,10 @@ impl Worker {
     /// The configuration a request runs against, taken once at its start so that a reload in the
     /// middle of a request cannot mix two configurations.
     pub fn snapshot(&self) -> Arc<Snapshot> {
+        let mut rx = self.cfg.borrow_mut();
+        if rx.has_changed().unwrap_or(false) {
+            *self.snapshot.borrow_mut() = rx.borrow_and_update().clone();
+        }
         self.snapshot.borrow().clone()
     }
 }
@@ -120,19 +127,12 @@ fn worker(
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(1024)
             .build(connector);
+        let first = cfg.borrow_and_update().clone();
         let w = Rc::new(Worker {
             client,
-            snapshot: RefCell::new(cfg.borrow_and_update().clone()),
+            snapshot: RefCell::new(first),
+            cfg: RefCell::new(cfg),
             draining: Cell::new(false),
-        });
-
-        // Config reloads arrive here; the request path only reads the worker-local copy.
-        let wr = w.clone();
-        tokio::task::spawn_local(async move {
-            while cfg.changed().await.is_ok() {
-                let s = cfg.borrow_and_update().clone();
-                *wr.snapshot.borrow_mut() = s;
-            }
         });
 
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();

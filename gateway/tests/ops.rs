@@ -172,3 +172,70 @@ fn sigterm_right_after_listening_exits_zero() {
         assert_eq!(gw.terminate(), Some(0));
     }
 }
+
+#[test]
+fn sighup_reloads_config_and_rejects_invalid_file_whole() {
+    let mock = start_mock();
+    let dir = tmpdir("reload");
+    let path = dir.join("config.json");
+    let mut cfg = config(mock.addr, 5000);
+    std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut child = Command::new(gateway_bin())
+        .arg("--config")
+        .arg(&path)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let wait_for = |what: &str| loop {
+        let l = rx.recv_timeout(Duration::from_secs(10)).expect(what);
+        if l.contains(what) {
+            return l;
+        }
+    };
+    let addr: std::net::SocketAddr = wait_for("listening on ")
+        .trim_start_matches("listening on ")
+        .parse()
+        .unwrap();
+    let chat = |model: &str| {
+        post(
+            addr,
+            "/v1/chat/completions",
+            &json!({"model": model, "messages": user("hi")}),
+        )
+        .status
+    };
+    assert_eq!(chat("gpt-new"), 404);
+
+    cfg["models"]["gpt-new"] = json!({"provider": "up-openai", "model": "mock-gpt"});
+    std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    wait_for("config reloaded");
+    assert_eq!(chat("gpt-new"), 200);
+
+    std::fs::write(
+        &path,
+        br#"{"listen": "127.0.0.1:0", "providers": {}, "models": {"x": 1}}"#,
+    )
+    .unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    wait_for("config reload rejected");
+    assert_eq!(chat("gpt-new"), 200, "old config keeps serving");
+    assert_eq!(
+        get(addr, "/v1/models").json()["data"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
