@@ -10,9 +10,6 @@
   toolchain,
   # The shapes directory (shape files and payloads); the holdout shape is never trained.
   shapes,
-  # Where the BOLT-instrumented binary writes its profile. BOLT bakes this path into the binary,
-  # so it must be writable inside the sandbox of the BOLT training stage ($NIX_BUILD_TOP).
-  boltProfileDir ? "/build/bolt-profile",
 }:
 let
   stages = import ./stages { inherit toolchain; };
@@ -50,7 +47,6 @@ rec {
 
   gateway-bolt-instrumented = stages.bolt-instrument {
     pgo = gateway-pgo;
-    profileDir = boltProfileDir;
     inherit versions;
   };
 
@@ -58,7 +54,6 @@ rec {
     name = "gateway-bolt-training";
     kind = "bolt";
     gateway = gateway-bolt-instrumented;
-    profileDir = boltProfileDir;
     inherit trainer shapes;
   };
 

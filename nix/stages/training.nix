@@ -13,13 +13,16 @@
   # Derivation with bin/trainer.
   trainer,
   shapes,
-  # Where the gateway writes its profiles; null means a fresh directory under $TMPDIR.
-  profileDir ? null,
 }:
 toolchain.runStage {
   inherit name;
   script = ''
-    profile_dir=${if profileDir == null then "\"$TMPDIR/profiles\"" else profileDir}
+    # A BOLT-instrumented gateway writes where llvm-bolt was told (share/gateway/profile-dir);
+    # an LLVM-instrumented one wherever LLVM_PROFILE_FILE, set by the trainer, points.
+    profile_dir="$TMPDIR/profiles"
+    if [ -f ${gateway}/share/gateway/profile-dir ]; then
+      profile_dir=$(cat ${gateway}/share/gateway/profile-dir)
+    fi
     mkdir -p "$profile_dir" || fail "cannot create the profile directory $profile_dir"
     mkdir -p "$out"
     ${trainer}/bin/trainer train \
