@@ -2,9 +2,14 @@
 //! training run, the proof marker, the A/B bench and the holdout gate.
 
 mod bench;
+mod check;
+mod fake_gateway;
 mod holdout;
 mod load;
 mod mock;
+mod proof;
+mod shapes;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -19,6 +24,15 @@ struct Cli {
 enum Command {
     /// Deterministic upstream: OpenAI chat/responses and Anthropic messages, streaming and not.
     Mock(mock::MockArgs),
+    /// Train every non-holdout shape through an instrumented gateway; collect its profiles.
+    Train(train::TrainArgs),
+    /// Write the proof marker from the manifests, profiles, BOLT log and toolchain versions.
+    Proof(proof::ProofArgs),
+    /// Check a proof marker: present, consistent, non-zero counts, holdout not trained.
+    VerifyProof(proof::VerifyArgs),
+    /// Stand-in gateway for the trainer's own tests.
+    #[command(hide = true)]
+    FakeGateway(fake_gateway::FakeGatewayArgs),
     /// Drive one prepared request at an address over keep-alive connections (rig check).
     Load(load::LoadArgs),
     /// A/B benchmark of gateway binaries on one shape.
@@ -30,6 +44,10 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Mock(args) => mock::run(args),
+        Command::Train(args) => train::run(args),
+        Command::Proof(args) => proof::run(args),
+        Command::VerifyProof(args) => proof::verify_cli(args),
+        Command::FakeGateway(args) => fake_gateway::run(args),
         Command::Load(args) => load::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::Holdout(args) => holdout::run(args),

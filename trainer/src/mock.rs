@@ -256,6 +256,14 @@ async fn handle(req: Request<Incoming>) -> Result<Response<MockBody>, Infallible
         "/v1/chat/completions" => Dialect::Chat,
         "/v1/responses" => Dialect::Responses,
         "/v1/messages" => Dialect::Messages,
+        "/livez" => {
+            let mut r = Response::new(MockBody::Full(Some(Bytes::from_static(b"ok\n"))));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain"),
+            );
+            return Ok(r);
+        }
         other => {
             let msg = format!("mock: no route for {other}");
             return Ok(json_response(

@@ -1,0 +1,60 @@
+//! `trainer fake-gateway` (hidden): a stand-in for an instrumented gateway in the trainer's own
+//! tests. It reads the gateway config's `listen`, answers every dialect as the mock does (so the
+//! training checks pass), serves `/livez`, and on SIGTERM writes a fake profile to
+//! `LLVM_PROFILE_FILE` (`%p`/`%m` expanded) of `FAKE_GATEWAY_PROFILE_BYTES` bytes (default 4096;
+//! 0 writes none, like a binary built without instrumentation), then exits with
+//! `FAKE_GATEWAY_EXIT` (default 0).
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct FakeGatewayArgs {
+    #[arg(long)]
+    pub config: PathBuf,
+}
+
+pub fn run(args: FakeGatewayArgs) -> Result<()> {
+    let text = std::fs::read(&args.config)
+        .with_context(|| format!("reading {}", args.config.display()))?;
+    let cfg: serde_json::Value = serde_json::from_slice(&text)?;
+    let listen = cfg
+        .get("listen")
+        .and_then(|l| l.as_str())
+        .context("config has no listen")?
+        .parse()?;
+    let server = crate::mock::MockServer::start(listen, 1)?;
+    eprintln!("listening on {}", server.addr());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    drop(server);
+    let bytes: usize = std::env::var("FAKE_GATEWAY_PROFILE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096);
+    if let Ok(pattern) = std::env::var("LLVM_PROFILE_FILE") {
+        if bytes > 0 {
+            let path = pattern
+                .replace("%p", &std::process::id().to_string())
+                .replace("%m", "1234567890");
+            std::fs::write(&path, vec![0xa5u8; bytes])
+                .with_context(|| format!("writing {path}"))?;
+        }
+    }
+    let code: i32 = std::env::var("FAKE_GATEWAY_EXIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    std::process::exit(code)
+}
