@@ -3,7 +3,8 @@
 //! training checks pass), serves `/livez`, and on SIGTERM writes a fake profile to
 //! `LLVM_PROFILE_FILE` (`%p`/`%m` expanded) of `FAKE_GATEWAY_PROFILE_BYTES` bytes (default 4096;
 //! 0 writes none, like a binary built without instrumentation), then exits with
-//! `FAKE_GATEWAY_EXIT` (default 0).
+//! `FAKE_GATEWAY_EXIT` (default 0). `FAKE_GATEWAY_ABORT` set: abort (SIGABRT) instead of exiting;
+//! `FAKE_GATEWAY_STATUS=NNN`: answer every request with that status.
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;
@@ -23,7 +24,10 @@ pub fn run(args: FakeGatewayArgs) -> Result<()> {
         .and_then(|l| l.as_str())
         .context("config has no listen")?
         .parse()?;
-    let server = crate::mock::MockServer::start(listen, 1)?;
+    let force_status = std::env::var("FAKE_GATEWAY_STATUS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let server = crate::mock::MockServer::start_with(listen, 1, force_status)?;
     eprintln!("listening on {}", server.addr());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -39,6 +43,9 @@ pub fn run(args: FakeGatewayArgs) -> Result<()> {
         anyhow::Ok(())
     })?;
     drop(server);
+    if std::env::var_os("FAKE_GATEWAY_ABORT").is_some() {
+        std::process::abort();
+    }
     let bytes: usize = std::env::var("FAKE_GATEWAY_PROFILE_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -94,6 +94,16 @@ pub struct MockServer {
 impl MockServer {
     /// Bind `listen` and serve on `workers` threads (at least one).
     pub fn start(listen: SocketAddr, workers: usize) -> Result<MockServer> {
+        Self::start_with(listen, workers, None)
+    }
+
+    /// As [`MockServer::start`]; with `force_status`, every dialect request gets that status and
+    /// the provider's error body (stand-in gateways in tests).
+    pub fn start_with(
+        listen: SocketAddr,
+        workers: usize,
+        force_status: Option<u16>,
+    ) -> Result<MockServer> {
         let listener = std::net::TcpListener::bind(listen)
             .with_context(|| format!("mock: binding {listen}"))?;
         listener.set_nonblocking(true)?;
@@ -105,7 +115,7 @@ impl MockServer {
             let rx = stop_rx.clone();
             let t = std::thread::Builder::new()
                 .name(format!("mock-{i}"))
-                .spawn(move || worker(l, rx))
+                .spawn(move || worker(l, rx, force_status))
                 .context("mock: spawning a worker")?;
             threads.push(t);
         }
@@ -133,7 +143,11 @@ impl Drop for MockServer {
     }
 }
 
-fn worker(listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) {
+fn worker(
+    listener: std::net::TcpListener,
+    mut stop: watch::Receiver<bool>,
+    force_status: Option<u16>,
+) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -162,7 +176,10 @@ fn worker(listener: std::net::TcpListener, mut stop: watch::Receiver<bool>) {
                         tokio::spawn(async move {
                             let _ = hyper::server::conn::http1::Builder::new()
                                 .keep_alive(true)
-                                .serve_connection(TokioIo::new(stream), service_fn(handle))
+                                .serve_connection(
+                                    TokioIo::new(stream),
+                                    service_fn(move |req| handle(req, force_status)),
+                                )
                                 .await;
                         });
                     }
@@ -251,7 +268,10 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<MockBody> {
     r
 }
 
-async fn handle(req: Request<Incoming>) -> Result<Response<MockBody>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    force_status: Option<u16>,
+) -> Result<Response<MockBody>, Infallible> {
     let dialect = match req.uri().path() {
         "/v1/chat/completions" => Dialect::Chat,
         "/v1/responses" => Dialect::Responses,
@@ -289,7 +309,12 @@ async fn handle(req: Request<Incoming>) -> Result<Response<MockBody>, Infallible
         }
     };
     let plan = match plan(dialect, &body) {
-        Ok(p) => p,
+        Ok(mut p) => {
+            if force_status.is_some() {
+                p.status = force_status;
+            }
+            p
+        }
         Err(msg) => {
             return Ok(json_response(
                 StatusCode::BAD_REQUEST,

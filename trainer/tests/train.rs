@@ -1,0 +1,420 @@
+//! `trainer train`, `proof` and `verify-proof` as processes: real gateways stand-ins on 127.0.0.1
+//! (`trainer fake-gateway` behind small shell scripts), the repository's shapes, real files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const TRAINER: &str = env!("CARGO_BIN_EXE_trainer");
+
+fn shapes_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shapes")
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("trainer-it-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A "gateway" executable: a shell script running the fake gateway with `env` set, or `body`.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\nTRAINER='{TRAINER}'\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn fake(dir: &Path, env: &str) -> PathBuf {
+    script(
+        dir,
+        "gateway",
+        &format!("{env} exec \"$TRAINER\" fake-gateway \"$@\""),
+    )
+}
+
+fn train(gateway: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new(TRAINER)
+        .arg("train")
+        .arg("--gateway")
+        .arg(gateway)
+        .arg("--shapes")
+        .arg(shapes_dir())
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn holdout_name() -> String {
+    for e in std::fs::read_dir(shapes_dir()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) == Some("json") {
+            let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            if v["holdout"] == true {
+                return v["name"].as_str().unwrap().to_owned();
+            }
+        }
+    }
+    panic!("no holdout shape");
+}
+
+#[test]
+fn train_runs_every_shape_but_the_holdout() {
+    let d = scratch("all");
+    let gw = fake(&d, "");
+    let out = d.join("out");
+    let o = train(&gw, &out, &["--max-requests", "40"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let holdout = holdout_name();
+    assert_eq!(m["holdout"], holdout.as_str());
+    assert_eq!(m["profile_kind"], "llvm");
+    let trained: Vec<&str> = m["shapes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    let shape_files = std::fs::read_dir(shapes_dir())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "json")
+        })
+        .count();
+    assert_eq!(trained.len(), shape_files - 1);
+    assert!(
+        !trained.contains(&holdout.as_str()),
+        "the holdout was trained"
+    );
+    assert!(!stderr(&o).contains(&format!("shape {holdout} (")));
+    for s in m["shapes"].as_array().unwrap() {
+        assert_eq!(s["requests_checked"], 40);
+        assert_eq!(s["profile_files"], 1);
+    }
+    assert_eq!(m["profile_files"].as_u64().unwrap(), trained.len() as u64);
+    // One profile per trained shape, named SHAPE.FILENAME; none for the holdout.
+    let files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".profraw"))
+        .collect();
+    assert_eq!(files.len(), trained.len());
+    for t in &trained {
+        assert!(
+            files.iter().any(|f| f.starts_with(&format!("{t}.{t}-"))),
+            "{t}"
+        );
+    }
+    assert!(!files.iter().any(|f| f.starts_with(&holdout)));
+    // The scratch profile dir is gone.
+    assert!(!out.join(".profiles").exists());
+
+    // Naming the holdout explicitly is refused.
+    let o = train(&gw, &d.join("out2"), &["--only", &holdout]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("never trained"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_binary_without_instrumentation_fails_with_no_profile() {
+    let d = scratch("noprof");
+    let gw = fake(&d, "FAKE_GATEWAY_PROFILE_BYTES=0");
+    let o = train(
+        &gw,
+        &d.join("out"),
+        &["--only", "chat-minimal", "--max-requests", "20"],
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("training: shape chat-minimal"), "{e}");
+    assert!(e.contains("no profile"), "{e}");
+    assert!(!d.join("out/manifest.json").exists());
+
+    // A profile at or under the floor does not count either.
+    let gw = fake(&d, "FAKE_GATEWAY_PROFILE_BYTES=1000");
+    let o = train(
+        &gw,
+        &d.join("out"),
+        &["--only", "chat-minimal", "--max-requests", "20"],
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("no profile") && e.contains("1000 bytes"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_gateway_exiting_non_zero_fails_training() {
+    let d = scratch("exit");
+    // A wrapper that forwards SIGTERM to the real process and then exits 3.
+    let gw = script(
+        &d,
+        "gateway",
+        "\"$TRAINER\" fake-gateway \"$@\" &\nchild=$!\ntrap 'kill -TERM $child; wait $child; exit 3' TERM\nwait $child\nexit 3",
+    );
+    let o = train(
+        &gw,
+        &d.join("out"),
+        &["--only", "messages-minimal", "--max-requests", "20"],
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("training: shape messages-minimal"), "{e}");
+    assert!(e.contains("exit status 3"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_gateway_dying_by_a_signal_fails_training() {
+    let d = scratch("signal");
+    let gw = fake(&d, "FAKE_GATEWAY_ABORT=1");
+    let o = train(
+        &gw,
+        &d.join("out"),
+        &["--only", "responses-minimal", "--max-requests", "20"],
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("training: shape responses-minimal"), "{e}");
+    assert!(e.contains("killed by signal 6"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_gateway_that_never_listens_fails_closed() {
+    let d = scratch("deaf");
+    let gw = script(&d, "gateway", "echo 'no listener here' >&2\nexit 0");
+    let o = train(&gw, &d.join("out"), &["--only", "chat-minimal"]);
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains("training: shape chat-minimal"), "{e}");
+    assert!(e.contains("exited during startup"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_wrong_response_fails_training() {
+    let d = scratch("wrong");
+    // Answers every request with the mock's 500 error: the check must name it.
+    let gw = fake(&d, "FAKE_GATEWAY_STATUS=500");
+    let o = train(
+        &gw,
+        &d.join("out"),
+        &["--only", "chat-minimal-stream", "--max-requests", "20"],
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("training: shape chat-minimal-stream: wrong response"),
+        "{e}"
+    );
+    assert!(e.contains("status 500"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// With TRAINER_TEST_GATEWAY=path to a gateway built without instrumentation, the real binary
+/// serves the board shape and training fails for want of a profile.
+#[test]
+fn real_gateway_without_instrumentation_fails_with_no_profile() {
+    let Some(gw) = std::env::var_os("TRAINER_TEST_GATEWAY") else {
+        eprintln!("TRAINER_TEST_GATEWAY not set: skipped");
+        return;
+    };
+    let d = scratch("real");
+    let o = train(
+        Path::new(&gw),
+        &d.join("out"),
+        &["--only", "chat-minimal", "--max-requests", "200"],
+    );
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(
+        e.contains("training: shape chat-minimal: no profile"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// proof / verify-proof
+
+fn write(p: &Path, s: &str) {
+    std::fs::write(p, s).unwrap();
+}
+
+fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
+    let m = |kind: &str, holdout: &str| {
+        format!(
+            r#"{{"profile_kind":"{kind}","shapes":[{{"name":"chat-minimal","requests_sent":10,"requests_checked":10,"profile_files":1,"profile_bytes":5000,"seconds":1.0}}],"holdout":"{holdout}","requests_sent":10,"requests_checked":10,"profile_files":1,"profile_bytes":5000}}"#
+        )
+    };
+    write(&d.join("pgo.json"), &m("llvm", "h"));
+    write(&d.join("bolt.json"), &m("bolt", bolt_holdout));
+    write(&d.join("g.profdata"), "profdata bytes");
+    write(&d.join("g.fdata"), "1 main 0 1 main 4 0 7\n");
+    write(
+        &d.join("bolt.log"),
+        "BOLT-INFO: 812 out of 4000 functions in the binary (20.3%) have non-empty execution profile\n",
+    );
+    write(
+        &d.join("versions.json"),
+        r#"{"rustc":"rustc 1.95.0","rustc_llvm":"22.1.2","llvm_profdata":"22.1.8","llvm_bolt":"22.1.8","provider":"offline-debian"}"#,
+    );
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    vec![
+        "proof".into(),
+        "--pgo-manifest".into(),
+        p("pgo.json"),
+        "--profdata".into(),
+        p("g.profdata"),
+        "--bolt-manifest".into(),
+        p("bolt.json"),
+        "--fdata".into(),
+        p("g.fdata"),
+        "--bolt-log".into(),
+        p("bolt.log"),
+        "--versions".into(),
+        p("versions.json"),
+        "--out".into(),
+        p("share/gateway/proof.json"),
+    ]
+}
+
+fn verify(path: &Path) -> Output {
+    Command::new(TRAINER)
+        .arg("verify-proof")
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn proof_is_written_and_verifies() {
+    let d = scratch("proof");
+    let o = Command::new(TRAINER)
+        .args(proof_inputs(&d, "h"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path = d.join("share/gateway/proof.json");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(m["schema"], 1);
+    assert_eq!(m["holdout"], "h");
+    assert_eq!(m["pgo"]["profdata_bytes"], 14);
+    // sha256("profdata bytes")
+    assert_eq!(m["pgo"]["profdata_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(m["bolt"]["functions_with_profile"], 812);
+    assert_eq!(m["bolt"]["functions_total"], 4000);
+    assert_eq!(m["toolchain"]["rustc_llvm"], "22.1.2");
+    let o = verify(&path);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // Inconsistent manifests: proof refuses and writes nothing.
+    let d2 = scratch("proof-bad");
+    let o = Command::new(TRAINER)
+        .args(proof_inputs(&d2, "other"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(!d2.join("share/gateway/proof.json").exists());
+    // A BOLT log without the function count line.
+    let args = proof_inputs(&d2, "h");
+    write(&d2.join("bolt.log"), "BOLT-INFO: something else\n");
+    let o = Command::new(TRAINER).args(&args).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("non-empty execution profile"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(&d2);
+}
+
+#[test]
+fn verify_proof_rejects_bad_markers() {
+    let d = scratch("verify");
+    let good = serde_json::json!({
+        "schema": 1,
+        "pgo": { "profraw_files": 3, "profraw_bytes": 9000, "profdata_bytes": 4000,
+                 "profdata_sha256": "a".repeat(64), "shapes_trained": ["chat-minimal"],
+                 "requests_checked": 3000 },
+        "bolt": { "fdata_files": 3, "fdata_bytes": 800, "functions_with_profile": 10,
+                  "functions_total": 100, "shapes_trained": ["chat-minimal"] },
+        "holdout": "h",
+        "toolchain": { "rustc": "rustc 1.95.0" }
+    });
+    let path = d.join("proof.json");
+    let check = |v: &serde_json::Value| {
+        write(&path, &v.to_string());
+        verify(&path)
+    };
+    assert!(check(&good).status.success());
+
+    // Missing.
+    let o = verify(&d.join("absent.json"));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no proof marker"), "{}", stderr(&o));
+    // Not JSON.
+    write(&path, "{");
+    assert!(!verify(&path).status.success());
+    // Each count zero, or missing.
+    for (sec, key) in [
+        ("pgo", "profraw_files"),
+        ("pgo", "profraw_bytes"),
+        ("pgo", "profdata_bytes"),
+        ("pgo", "requests_checked"),
+        ("bolt", "fdata_files"),
+        ("bolt", "fdata_bytes"),
+        ("bolt", "functions_with_profile"),
+        ("bolt", "functions_total"),
+    ] {
+        let mut v = good.clone();
+        v[sec][key] = 0.into();
+        let o = check(&v);
+        assert!(!o.status.success(), "{sec}.{key} = 0 accepted");
+        assert!(
+            stderr(&o).contains(&format!("{sec}.{key} is 0")),
+            "{}",
+            stderr(&o)
+        );
+        v[sec].as_object_mut().unwrap().remove(key);
+        assert!(!check(&v).status.success(), "{sec}.{key} missing accepted");
+    }
+    // Inconsistent: the holdout among the trained shapes, more profiled functions than functions,
+    // no shapes, a bad digest, a wrong schema.
+    let mut v = good.clone();
+    v["bolt"]["shapes_trained"] = serde_json::json!(["chat-minimal", "h"]);
+    let o = check(&v);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("holdout"), "{}", stderr(&o));
+    let mut v = good.clone();
+    v["bolt"]["functions_with_profile"] = 101.into();
+    assert!(!check(&v).status.success());
+    let mut v = good.clone();
+    v["pgo"]["shapes_trained"] = serde_json::json!([]);
+    assert!(!check(&v).status.success());
+    let mut v = good.clone();
+    v["pgo"]["profdata_sha256"] = "xyz".into();
+    assert!(!check(&v).status.success());
+    let mut v = good.clone();
+    v["schema"] = 2.into();
+    assert!(!check(&v).status.success());
+    let mut v = good.clone();
+    v["holdout"] = "".into();
+    assert!(!check(&v).status.success());
+    let _ = std::fs::remove_dir_all(&d);
+}
