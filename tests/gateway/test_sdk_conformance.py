@@ -308,3 +308,36 @@ def test_responses_stream_mid_stream_failure_ends_in_error_event(openai_client, 
 def test_models_list(openai_client):
     ids = sorted(m.id for m in openai_client.models.list())
     assert ids == ["claude", "gpt"]
+
+
+# ---- the SDKs' accumulating stream helpers ----
+
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_stream_helper(openai_client, model):
+    with openai_client.chat.completions.stream(model=model, messages=[{"role":"user","content":"Hi [[mock:frames:3]]"}], tools=CHAT_TOOLS) as s:
+        for _ in s: pass
+        final = s.get_final_completion()
+    assert final.choices[0].message.content == expected(3)
+
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_stream_helper_tool(openai_client, model):
+    with openai_client.chat.completions.stream(model=model, messages=[{"role":"user","content":"[[mock:tool_call]]"}], tools=CHAT_TOOLS) as s:
+        for _ in s: pass
+        final = s.get_final_completion()
+    tc = final.choices[0].message.tool_calls[0]
+    assert tc.function.name == "get_weather" and json.loads(tc.function.arguments) == {"city":"Paris"}
+
+@pytest.mark.parametrize("model", MODELS)
+def test_responses_stream_helper(openai_client, model):
+    with openai_client.responses.stream(model=model, input="Hi [[mock:frames:3]]") as s:
+        for _ in s: pass
+        final = s.get_final_response()
+    assert final.output_text == expected(3)
+
+@pytest.mark.parametrize("model", MODELS)
+def test_responses_stream_helper_tool(openai_client, model):
+    with openai_client.responses.stream(model=model, input="[[mock:tool_call]]", tools=RESP_TOOLS) as s:
+        for _ in s: pass
+        final = s.get_final_response()
+    call = next(o for o in final.output if o.type == "function_call")
+    assert json.loads(call.arguments) == {"city":"Paris"}
