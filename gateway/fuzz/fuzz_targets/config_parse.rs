@@ -1,0 +1,14 @@
+#![no_main]
+//! The config checker (including the keys, limits, metrics and access_log sections once wired)
+//! on arbitrary files: every problem is an error with a path, never a panic.
+use gateway_fuzz::config;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Err(errs) = config::parse(data) {
+        assert!(!errs.is_empty());
+        for e in errs {
+            assert!(e.path.starts_with('$'));
+        }
+    }
+});
