@@ -13,6 +13,10 @@ use crate::native::NativeStream;
 use crate::server::Worker;
 use crate::{json, provider, translate};
 
+/// A complete (non-streamed) upstream answer larger than this is refused with 502 rather than
+/// buffered: no chat answer is that large, and a broken upstream must not exhaust memory.
+const MAX_UPSTREAM_BODY: usize = 64 << 20;
+
 pub async fn handle(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> GwResponse {
     match run(w, dialect, req).await {
         Ok(r) => r,
@@ -89,7 +93,8 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
         )));
     }
 
-    let bytes = match timeout_at(deadline, resp.into_body().collect()).await {
+    let upstream_body = Limited::new(resp.into_body(), MAX_UPSTREAM_BODY);
+    let bytes = match timeout_at(deadline, upstream_body.collect()).await {
         Err(_) => return Err(GwError::timeout()),
         Ok(Err(e)) => return Err(GwError::bad_upstream(format!("reading body: {e}"))),
         Ok(Ok(c)) => c.to_bytes(),
