@@ -13,12 +13,12 @@ mod procfs;
 mod report;
 mod rig;
 mod stats;
-mod wire;
 
 #[cfg(test)]
 pub use report::synthetic as report_synthetic;
 pub use report::{render_table, Report};
 
+use crate::load;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use report::{Binary, Leg, RigFloor, Settings, Window};
@@ -80,9 +80,6 @@ pub struct Knobs {
     /// The noise band is never narrower than this (percent).
     #[arg(long, default_value_t = 1.0)]
     pub min_band_pct: f64,
-    /// HTTP client of the load generator.
-    #[arg(long, value_enum, default_value_t = driver::ClientKind::Raw)]
-    pub client: driver::ClientKind,
     /// Binary providing `mock` (default: this trainer).
     #[arg(long)]
     pub mock_bin: Option<PathBuf>,
@@ -170,21 +167,27 @@ fn secs(x: f64) -> Duration {
     Duration::from_secs_f64(x.max(0.0))
 }
 
-fn window_figures(o: &driver::Outcome, seconds: f64) -> Window {
-    let ms = |p| stats::percentile(&o.latencies_us, p).map_or(f64::NAN, |us| us as f64 / 1000.0);
+fn window_figures(o: &load::Outcome, warm: &load::Outcome) -> Window {
+    let mut lat = o.latencies_us.clone();
+    lat.sort_unstable();
+    let ms = |p| stats::percentile(&lat, p).map_or(f64::NAN, |us| us as f64 / 1000.0);
+    let seconds = o.elapsed.as_secs_f64();
     Window {
-        requests: o.window_ok,
-        failed: o.window_failed,
-        failed_outside_window: o.other_failed,
+        requests: o.ok,
+        failed: o.failed,
+        failed_outside_window: warm.failed,
         seconds,
         rps: if seconds > 0.0 {
-            o.window_ok as f64 / seconds
+            o.ok as f64 / seconds
         } else {
             0.0
         },
         p50_ms: ms(50.0),
         p99_ms: ms(99.0),
-        first_error: o.first_error.clone(),
+        first_error: o
+            .first_failure
+            .clone()
+            .or_else(|| warm.first_failure.clone()),
         ..Default::default()
     }
 }
@@ -205,25 +208,6 @@ fn window_problem(what: &str, w: &Window) -> Option<String> {
     ))
 }
 
-/// CPU counters read at both edges of a window.
-struct Snap {
-    gateway: Option<u64>,
-    mock: u64,
-    me: u64,
-    gw_core: Option<(u64, u64)>,
-    rig_core: Option<(u64, u64)>,
-}
-
-fn snap(gateway: Option<u32>, mock: u32, cores: Option<(usize, usize)>) -> Result<Snap> {
-    Ok(Snap {
-        gateway: gateway.map(procfs::cpu_ticks).transpose()?,
-        mock: procfs::cpu_ticks(mock).unwrap_or(0),
-        me: procfs::cpu_ticks(std::process::id()).unwrap_or(0),
-        gw_core: cores.and_then(|(g, _)| procfs::cpu_busy_total(g)),
-        rig_core: cores.and_then(|(_, r)| procfs::cpu_busy_total(r)),
-    })
-}
-
 /// Busy share of a core over the window and the part of it not accounted to `ours` ticks.
 fn core_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>, ours: u64) -> Option<(f64, f64)> {
     let ((b0, t0), (b1, t1)) = (a?, b?);
@@ -241,23 +225,29 @@ fn core_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>, ours: u64) -> Option
 /// Warm up, measure one window against `target`; returns the window and, when `gateway_pid`
 /// is given, the gateway's CPU ticks over it and its peak RSS.
 fn measure(
-    target: driver::Target,
+    target: &driver::Target,
     k: &Knobs,
     cores: Option<(usize, usize)>,
     mock_pid: u32,
     gateway_pid: Option<u32>,
+    check: load::Check,
 ) -> Result<(Window, Option<u64>, Option<u64>)> {
     let hz = procfs::clock_ticks_per_sec() as f64;
-    let load = driver::LoadRun::start(target, k.connections, cores.map(|c| c.1))?;
-    std::thread::sleep(secs(k.warmup_secs));
-    let s0 = snap(gateway_pid, mock_pid, cores)?;
-    let t0 = load.begin_window();
-    std::thread::sleep(secs(k.window_secs));
-    let t1 = load.end_window();
-    let s1 = snap(gateway_pid, mock_pid, cores)?;
-    let rss = gateway_pid.map(procfs::peak_rss_kib).transpose()?;
-    let outcome = load.finish()?;
-    let mut w = window_figures(&outcome, (t1 - t0).as_secs_f64());
+    let watch = driver::Watch {
+        gateway: gateway_pid,
+        mock: mock_pid,
+        cores,
+    };
+    let m = driver::measure(
+        target,
+        k.connections,
+        secs(k.warmup_secs),
+        secs(k.window_secs),
+        watch,
+        check,
+    )?;
+    let (s0, s1) = (&m.before, &m.after);
+    let mut w = window_figures(&m.window, &m.warm);
     let gw_ticks = match (s0.gateway, s1.gateway) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
@@ -281,7 +271,7 @@ fn measure(
         w.rig_core_busy_pct = Some(busy);
         w.rig_core_other_pct = Some(other);
     }
-    Ok((w, gw_ticks, rss))
+    Ok((w, gw_ticks, m.gateway_rss_kib))
 }
 
 /// The rate-limited posture needs a `limits` section whose format the contracts do not fix
@@ -365,7 +355,7 @@ pub fn run_batch(
         gateway_cpu: gw_cpu,
         rig_cpu,
         gateway_workers: 1,
-        load_client: format!("{:?}", k.client).to_lowercase(),
+        load_client: "trainer load".into(),
         binaries: binaries.clone(),
     };
     let mut report = Report {
@@ -408,10 +398,9 @@ pub fn run_batch(
         addr: mock_addr,
         path: shape.endpoint.clone(),
         body: body.clone(),
-        stream: shape.stream,
-        client: k.client,
     };
-    let (fw, _, _) = measure(floor_target, k, cores, mock.pid(), None)?;
+    let check = driver::minimal_check(&shape.endpoint, shape.stream);
+    let (fw, _, _) = measure(&floor_target, k, cores, mock.pid(), None, check.clone())?;
     eprintln!(
         "bench: [rig floor] {:.0} rps, p50 {:.3} ms, p99 {:.3} ms; rig cpu per request: load \
          generator {:.2} us, mock {:.2} us",
@@ -442,6 +431,7 @@ pub fn run_batch(
             path,
             &shape,
             &body,
+            &check,
             (mock_addr, mock_pid),
             k,
             cores,
@@ -486,6 +476,7 @@ fn run_leg(
     path: &Path,
     shape: &Shape,
     body: &Bytes,
+    check: &load::Check,
     (mock_addr, mock_pid): (SocketAddr, u32),
     k: &Knobs,
     cores: Option<(usize, usize)>,
@@ -503,10 +494,8 @@ fn run_leg(
         addr: listen,
         path: shape.endpoint.clone(),
         body: body.clone(),
-        stream: shape.stream,
-        client: k.client,
     };
-    let (w, ticks, rss) = measure(target, k, cores, mock_pid, Some(pid))?;
+    let (w, ticks, rss) = measure(&target, k, cores, mock_pid, Some(pid), check.clone())?;
     let cpu_secs = ticks.unwrap_or(0) as f64 / hz;
     let exit = match gw.terminate() {
         Ok(st) => rig::describe_exit(st),

@@ -19,7 +19,7 @@ pub struct Settings {
     pub gateway_cpu: Option<usize>,
     pub rig_cpu: Option<usize>,
     pub gateway_workers: u32,
-    /// HTTP client of the load generator (`raw` or `hyper`).
+    /// The load generator.
     pub load_client: String,
     pub binaries: Vec<Binary>,
 }
@@ -135,7 +135,7 @@ pub struct Report {
     pub valid: bool,
     /// Why the batch is invalid (empty when valid).
     pub problems: Vec<String>,
-    /// Warnings that do not invalidate the batch (rig headroom, anchor drift beyond the band).
+    /// Warnings that do not invalidate the batch (rig headroom, anchor drift, other load).
     pub flags: Vec<String>,
     pub settings: Settings,
     pub rig_floor: Option<RigFloor>,
@@ -143,6 +143,9 @@ pub struct Report {
     pub summaries: Vec<Summary>,
     pub legs: Vec<Leg>,
 }
+
+/// Front-to-back anchor drift (rps) beyond this is flagged.
+pub const DRIFT_FLAG_PCT: f64 = 5.0;
 
 /// A leg whose core was this busy with work other than the bench's own processes is flagged.
 pub const OTHER_LOAD_FLAG_PCT: f64 = 10.0;
@@ -219,10 +222,11 @@ pub fn summarize(report: &mut Report) {
             delta,
         });
     }
-    if anchors.drift_rps_pct.abs() > bands.rps_pct {
+    if anchors.drift_rps_pct.abs() > DRIFT_FLAG_PCT {
         report.flags.push(format!(
-            "anchor drift {:+.1}% is wider than the noise band ±{:.1}%",
-            anchors.drift_rps_pct, bands.rps_pct
+            "the anchors drifted {:+.1}% (rps) from the front to the back of the batch: the \
+             machine was not steady",
+            anchors.drift_rps_pct
         ));
     }
     let busy_legs: Vec<String> = report
@@ -295,7 +299,7 @@ pub fn render_table(r: &Report) -> String {
         "pinning: {}",
         match (s.gateway_cpu, s.rig_cpu) {
             (Some(g), Some(rc)) => format!(
-                "gateway (workers {}) on cpu {g}; load generator ({} client) and mock on cpu {rc}",
+                "gateway (workers {}) on cpu {g}; load generator ({}) and mock on cpu {rc}",
                 s.gateway_workers, s.load_client
             ),
             _ => "off".into(),

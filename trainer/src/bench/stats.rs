@@ -50,9 +50,12 @@ pub fn spread_pct(anchors: &[f64]) -> f64 {
     (max - min) / m * 100.0
 }
 
-/// The noise band: the anchors' spread, never narrower than `floor_pct`.
+/// The noise band: the anchors' spread or their front-to-back drift, whichever is wider, never
+/// narrower than `floor_pct`.
 pub fn noise_band_pct(anchors: &[f64], floor_pct: f64) -> f64 {
-    spread_pct(anchors).max(floor_pct)
+    spread_pct(anchors)
+        .max(drift_pct(anchors).abs())
+        .max(floor_pct)
 }
 
 /// Delta of a variant against the baseline, in percent, drift-corrected: each variant leg is
@@ -130,11 +133,13 @@ mod tests {
     #[test]
     fn band_is_spread_with_floor() {
         // mean 100, max-min 4 → 4%.
-        let a = [98.0, 100.0, 102.0];
+        let a = [100.0, 98.0, 102.0];
         assert!((spread_pct(&a) - 4.0).abs() < 1e-9);
         assert!((noise_band_pct(&a, 1.0) - 4.0).abs() < 1e-9);
         assert!((noise_band_pct(&[100.0, 100.0], 1.5) - 1.5).abs() < 1e-9);
         assert_eq!(spread_pct(&[5.0]), 0.0);
+        // A monotone drift 100 → 150: spread 50/125 = 40%, drift 50% → the band is 50%.
+        assert!((noise_band_pct(&[100.0, 125.0, 150.0], 1.0) - 50.0).abs() < 1e-9);
     }
 
     #[test]
