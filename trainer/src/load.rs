@@ -277,6 +277,8 @@ async fn connection(shared: Arc<Shared>) -> ConnStats {
     }
     let mut conn: Option<TcpStream> = None;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    // Decoded chunked bodies, reused from one response to the next.
+    let mut decoded: Vec<u8> = Vec::new();
     while shared.ticket() {
         if conn.is_none() {
             match TcpStream::connect(shared.opts.addr).await {
@@ -298,7 +300,7 @@ async fn connection(shared: Arc<Shared>) -> ConnStats {
         let stream = conn.as_mut().unwrap();
         st.sent += 1;
         let t0 = Instant::now();
-        let exchange = exchange(stream, &shared.wire, &mut buf);
+        let exchange = exchange(stream, &shared.wire, &mut buf, &mut decoded);
         let result = match shared.opts.timeout {
             Some(t) => match tokio::time::timeout(t, exchange).await {
                 Ok(r) => r,
@@ -323,6 +325,9 @@ async fn connection(shared: Arc<Shared>) -> ConnStats {
                     conn = None;
                 }
                 buf.drain(..resp.consumed);
+                if let BodyAt::Decoded(v) = resp.body {
+                    decoded = v;
+                }
             }
             Err(e) => {
                 st.failed += 1;
@@ -380,6 +385,7 @@ async fn exchange(
     stream: &mut TcpStream,
     wire: &[u8],
     buf: &mut Vec<u8>,
+    decoded: &mut Vec<u8>,
 ) -> Result<Parsed, String> {
     stream
         .write_all(wire)
@@ -463,7 +469,9 @@ async fn exchange(
             })
         }
         Framing::Chunked => {
-            let mut dec = Chunked::new(head_len);
+            let mut body = std::mem::take(decoded);
+            body.clear();
+            let mut dec = Chunked::with_buffer(head_len, body);
             loop {
                 match dec.step(buf)? {
                     true => break,
@@ -505,11 +513,16 @@ fn find_crlf(b: &[u8]) -> Option<usize> {
 }
 
 impl Chunked {
+    #[cfg(test)]
     fn new(pos: usize) -> Chunked {
+        Self::with_buffer(pos, Vec::new())
+    }
+
+    fn with_buffer(pos: usize, body: Vec<u8>) -> Chunked {
         Chunked {
             pos,
             state: ChunkState::Size,
-            body: Vec::new(),
+            body,
         }
     }
 

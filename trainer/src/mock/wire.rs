@@ -24,7 +24,7 @@ pub const FRAMES_BEFORE_FAULT: usize = 3;
 const CREATED: u64 = 1_700_000_000;
 
 /// Client dialect (the endpoint the request came in on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dialect {
     /// `POST /v1/chat/completions`
     Chat,
@@ -35,7 +35,7 @@ pub enum Dialect {
 }
 
 /// What to answer, decided from the request body.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Plan {
     /// The request's `model`, already JSON-encoded (with quotes).
     pub model_json: String,
@@ -133,6 +133,7 @@ pub fn json_str(s: &str) -> String {
 }
 
 /// A rendered answer.
+#[derive(Clone)]
 pub enum Rendered {
     /// One JSON body.
     Json(Bytes),
