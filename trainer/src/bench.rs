@@ -77,6 +77,14 @@ pub struct Knobs {
     /// Run without CPU pinning (for machines with one CPU; the figures then mean less).
     #[arg(long)]
     pub no_pin: bool,
+    /// Nice value for the gateway, the mock and the load generator (best effort: raising the
+    /// priority needs CAP_SYS_NICE; without it they keep theirs and the report says so). It
+    /// shields the legs from other work on a shared machine.
+    #[arg(long, default_value_t = -20, allow_hyphen_values = true)]
+    pub nice: i32,
+    /// Leave priorities alone.
+    #[arg(long)]
+    pub no_nice: bool,
     /// The noise band is never narrower than this (percent).
     #[arg(long, default_value_t = 1.0)]
     pub min_band_pct: f64,
@@ -208,17 +216,25 @@ fn window_problem(what: &str, w: &Window) -> Option<String> {
     ))
 }
 
-/// Busy share of a core over the window and the part of it not accounted to `ours` ticks.
-fn core_share(a: Option<(u64, u64)>, b: Option<(u64, u64)>, ours: u64) -> Option<(f64, f64)> {
-    let ((b0, t0), (b1, t1)) = (a?, b?);
-    let total = t1.saturating_sub(t0);
+/// Shares of a core over the window, in percent: (busy, interrupt work, busy with neither
+/// interrupts nor the `ours` ticks — i.e. other processes).
+fn core_share(
+    a: Option<procfs::CpuTimes>,
+    b: Option<procfs::CpuTimes>,
+    ours: u64,
+) -> Option<(f64, f64, f64)> {
+    let (a, b) = (a?, b?);
+    let total = b.total.saturating_sub(a.total);
     if total == 0 {
         return None;
     }
-    let busy = b1.saturating_sub(b0);
+    let busy = b.busy.saturating_sub(a.busy);
+    let irq = b.irq.saturating_sub(a.irq);
+    let pct = |x: u64| x as f64 / total as f64 * 100.0;
     Some((
-        busy as f64 / total as f64 * 100.0,
-        busy.saturating_sub(ours) as f64 / total as f64 * 100.0,
+        pct(busy),
+        pct(irq),
+        pct(busy.saturating_sub(irq).saturating_sub(ours)),
     ))
 }
 
@@ -263,12 +279,14 @@ fn measure(
     let me_ticks = s1.me.saturating_sub(s0.me);
     w.loadgen_cpu_us_per_req = per_req(me_ticks);
     w.mock_cpu_us_per_req = per_req(mock_ticks);
-    if let Some((busy, other)) = core_share(s0.gw_core, s1.gw_core, gw_ticks.unwrap_or(0)) {
+    if let Some((busy, irq, other)) = core_share(s0.gw_core, s1.gw_core, gw_ticks.unwrap_or(0)) {
         w.gateway_core_busy_pct = Some(busy);
+        w.gateway_core_irq_pct = Some(irq);
         w.gateway_core_other_pct = Some(other);
     }
-    if let Some((busy, other)) = core_share(s0.rig_core, s1.rig_core, mock_ticks + me_ticks) {
+    if let Some((busy, irq, other)) = core_share(s0.rig_core, s1.rig_core, mock_ticks + me_ticks) {
         w.rig_core_busy_pct = Some(busy);
+        w.rig_core_irq_pct = Some(irq);
         w.rig_core_other_pct = Some(other);
     }
     Ok((w, gw_ticks, m.gateway_rss_kib))
@@ -329,6 +347,28 @@ pub fn run_batch(
         pin::pin_current_thread(k.rig_cpu)?;
         (Some(k.gateway_cpu), Some(k.rig_cpu))
     };
+    // Priority: this thread now (the load thread inherits it) and this process's autogroup
+    // (restored when the batch ends); the children at exec, each in its own autogroup.
+    let nice = (!k.no_nice).then_some(k.nice);
+    let mut nice_flags = Vec::new();
+    let mut _autogroup = None;
+    if let Some(n) = nice {
+        // SAFETY: setpriority has no memory-safety preconditions; who = 0 is this thread.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, 0, n);
+        }
+        let got = procfs::nice_of_thread();
+        let (guard, group_ok) = pin::AutogroupGuard::raise(n);
+        _autogroup = Some(guard);
+        if got != Some(n as i64) || (!group_ok && pin::autogroup_nice(None).is_some()) {
+            nice_flags.push(format!(
+                "could not set nice {n} (the load generator runs at nice {}, autogroup nice {}): \
+                 other work on the machine competes with the legs on equal terms",
+                got.map_or("?".into(), |g| g.to_string()),
+                pin::autogroup_nice(None).map_or("-".into(), |g| g.to_string())
+            ));
+        }
+    }
 
     let mut binaries = vec![Binary {
         label: baseline.label.clone(),
@@ -355,6 +395,7 @@ pub fn run_batch(
         gateway_cpu: gw_cpu,
         rig_cpu,
         gateway_workers: 1,
+        nice,
         load_client: "trainer load".into(),
         binaries: binaries.clone(),
     };
@@ -362,7 +403,7 @@ pub fn run_batch(
         schema: 1,
         valid: true,
         problems: Vec::new(),
-        flags: posture_note(&shape).into_iter().collect(),
+        flags: posture_note(&shape).into_iter().chain(nice_flags).collect(),
         settings,
         rig_floor: None,
         anchors: None,
@@ -386,7 +427,7 @@ pub fn run_batch(
     );
 
     let scratch = rig::Scratch::new()?;
-    let (mut mock, mock_addr) = rig::start_mock(&mock_bin, &scratch.0, rig_cpu)?;
+    let (mut mock, mock_addr) = rig::start_mock(&mock_bin, &scratch.0, rig_cpu, nice)?;
     eprintln!("bench: mock at {mock_addr} (pid {})", mock.pid());
     let hz = procfs::clock_ticks_per_sec() as f64;
     let cores = gw_cpu.zip(rig_cpu);
@@ -415,6 +456,13 @@ pub fn run_batch(
         flagged: false,
     });
 
+    let rig_info = RigInfo {
+        mock_addr,
+        mock_pid,
+        cores,
+        nice,
+        hz,
+    };
     for (i, &bi) in order.iter().enumerate() {
         if !report.problems.is_empty() {
             break;
@@ -425,18 +473,12 @@ pub fn run_batch(
         } else {
             &var_bins[bi - 1]
         };
-        match run_leg(
-            i + 1,
-            bin,
-            path,
-            &shape,
-            &body,
-            &check,
-            (mock_addr, mock_pid),
-            k,
-            cores,
-            hz,
-        ) {
+        let work = Work {
+            shape: &shape,
+            body: &body,
+            check: &check,
+        };
+        match run_leg(i + 1, bin, path, &work, &rig_info, k) {
             Ok((leg, problem)) => {
                 eprintln!(
                     "bench: [{}/{total}] {:<10} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  {:.2} us/req  \
@@ -469,27 +511,57 @@ pub fn run_batch(
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What every leg needs to know about the rig.
+#[derive(Clone, Copy)]
+struct RigInfo {
+    mock_addr: SocketAddr,
+    mock_pid: u32,
+    cores: Option<(usize, usize)>,
+    nice: Option<i32>,
+    hz: f64,
+}
+
+/// The shape's request and how to check its answers.
+struct Work<'a> {
+    shape: &'a Shape,
+    body: &'a Bytes,
+    check: &'a load::Check,
+}
+
 fn run_leg(
     index: usize,
     bin: &Binary,
     path: &Path,
-    shape: &Shape,
-    body: &Bytes,
-    check: &load::Check,
-    (mock_addr, mock_pid): (SocketAddr, u32),
+    work: &Work,
+    rig: &RigInfo,
     k: &Knobs,
-    cores: Option<(usize, usize)>,
-    hz: f64,
 ) -> Result<(Leg, Option<String>)> {
+    let Work { shape, body, check } = *work;
+    let RigInfo {
+        mock_addr,
+        mock_pid,
+        cores,
+        nice,
+        hz,
+    } = *rig;
     let port = rig::free_port()?;
     let listen: SocketAddr = ([127, 0, 0, 1], port).into();
     let config = rig::gateway_config(listen, mock_addr, &shape.model, &shape.upstream);
     let scratch = rig::Scratch::new()?;
-    let mut gw = rig::start_gateway(path, &config, listen, &scratch.0, index, cores.map(|c| c.0))?;
+    let mut gw = rig::start_gateway(
+        path,
+        &config,
+        listen,
+        &scratch.0,
+        index,
+        cores.map(|c| c.0),
+        nice,
+    )?;
     let pid = gw.pid();
     let listeners = rig::check_port_owner(port, pid)?;
     let cpus_allowed = procfs::cpus_allowed_list(pid);
+    let gw_nice = procfs::nice_of(pid);
+    let gw_group_nice = pin::autogroup_nice(Some(pid));
     let target = driver::Target {
         addr: listen,
         path: shape.endpoint.clone(),
@@ -527,6 +599,8 @@ fn run_leg(
         peak_rss_kib: rss.unwrap_or(0),
         listeners,
         cpus_allowed,
+        nice: gw_nice,
+        autogroup_nice: gw_group_nice,
         exit,
         window: w,
     };

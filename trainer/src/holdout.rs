@@ -75,9 +75,14 @@ pub fn judge(report: &bench::Report) -> Result<String> {
         .context("holdout gate: no optimized legs")?;
     let shape = &report.settings.shape;
     if opt.rps_pct < -band {
+        let hint = if report.flags.is_empty() {
+            String::new()
+        } else {
+            format!(" [batch flags: {}]", report.flags.join("; "))
+        };
         bail!(
             "holdout gate FAILED on shape {shape}: the optimized binary is {:.1}% slower than \
-             the plain one (rps), beyond the noise band of ±{band:.1}%",
+             the plain one (rps), beyond the noise band of ±{band:.1}%{hint}",
             -opt.rps_pct
         );
     }

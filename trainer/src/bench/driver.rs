@@ -28,8 +28,8 @@ pub struct Snap {
     pub gateway: Option<u64>,
     pub mock: u64,
     pub me: u64,
-    pub gw_core: Option<(u64, u64)>,
-    pub rig_core: Option<(u64, u64)>,
+    pub gw_core: Option<procfs::CpuTimes>,
+    pub rig_core: Option<procfs::CpuTimes>,
 }
 
 /// Whose counters to read.
@@ -46,8 +46,8 @@ fn snap(w: &Watch) -> Result<Snap> {
         gateway: w.gateway.map(procfs::cpu_ticks).transpose()?,
         mock: procfs::cpu_ticks(w.mock).unwrap_or(0),
         me: procfs::cpu_ticks(std::process::id()).unwrap_or(0),
-        gw_core: w.cores.and_then(|(g, _)| procfs::cpu_busy_total(g)),
-        rig_core: w.cores.and_then(|(_, r)| procfs::cpu_busy_total(r)),
+        gw_core: w.cores.and_then(|(g, _)| procfs::cpu_times(g)),
+        rig_core: w.cores.and_then(|(_, r)| procfs::cpu_times(r)),
     })
 }
 

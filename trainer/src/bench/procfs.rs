@@ -20,6 +20,21 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Result<u64> {
     Ok(utime + stime)
 }
 
+/// The nice value (field 19) from `/proc/PID/stat`.
+pub fn parse_stat_nice(stat: &str) -> Option<i64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(16)?.parse().ok()
+}
+
+pub fn nice_of(pid: u32) -> Option<i64> {
+    parse_stat_nice(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// The calling thread's nice value.
+pub fn nice_of_thread() -> Option<i64> {
+    parse_stat_nice(&std::fs::read_to_string("/proc/thread-self/stat").ok()?)
+}
+
 pub fn cpu_ticks(pid: u32) -> Result<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
@@ -36,9 +51,18 @@ pub fn clock_ticks_per_sec() -> u64 {
     }
 }
 
-/// (busy, total) clock ticks of one CPU from `/proc/stat` (`cpuN user nice system idle iowait
-/// irq softirq steal ...`); busy is everything but idle and iowait.
-pub fn parse_cpu_line(stat: &str, cpu: usize) -> Option<(u64, u64)> {
+/// Clock ticks of one CPU from `/proc/stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// Everything but idle and iowait.
+    pub busy: u64,
+    pub total: u64,
+    /// irq + softirq (part of busy): interrupt work, charged to no process.
+    pub irq: u64,
+}
+
+/// `cpuN user nice system idle iowait irq softirq steal ...`.
+pub fn parse_cpu_line(stat: &str, cpu: usize) -> Option<CpuTimes> {
     let tag = format!("cpu{cpu}");
     let line = stat
         .lines()
@@ -49,15 +73,19 @@ pub fn parse_cpu_line(stat: &str, cpu: usize) -> Option<(u64, u64)> {
         .take(8)
         .map(|x| x.parse().ok())
         .collect::<Option<_>>()?;
-    if v.len() < 5 {
+    if v.len() < 7 {
         return None;
     }
     let total: u64 = v.iter().sum();
     let idle = v[3] + v[4];
-    Some((total - idle, total))
+    Some(CpuTimes {
+        busy: total - idle,
+        total,
+        irq: v[5] + v[6],
+    })
 }
 
-pub fn cpu_busy_total(cpu: usize) -> Option<(u64, u64)> {
+pub fn cpu_times(cpu: usize) -> Option<CpuTimes> {
     parse_cpu_line(&std::fs::read_to_string("/proc/stat").ok()?, cpu)
 }
 
@@ -175,6 +203,9 @@ mod tests {
         let stat = "4242 (gate way) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 1234 56 0 0 20 0 \
                     3 0 100 123456 789 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0";
         assert_eq!(parse_stat_cpu_ticks(stat).unwrap(), 1290);
+        assert_eq!(parse_stat_nice(stat), Some(0));
+        let niced = stat.replace(" 20 0 3 0 ", " 39 19 3 0 ");
+        assert_eq!(parse_stat_nice(&niced), Some(19));
         assert!(parse_stat_cpu_ticks("1 (x) S 1 2").is_err());
         assert!(parse_stat_cpu_ticks("no paren").is_err());
     }
@@ -193,13 +224,21 @@ mod tests {
                     cpu0 9216 0 2552 45927 103 0 200 9 0 0\n\
                     cpu1 12466 0 3381 41326 514 0 288 12 0 0\nintr 1 2 3\n";
         // cpu1: total 57987, idle+iowait 41840.
-        assert_eq!(parse_cpu_line(stat, 1), Some((57987 - 41840, 57987)));
         assert_eq!(
-            parse_cpu_line(stat, 0),
-            Some((9216 + 2552 + 200 + 9, 58007))
+            parse_cpu_line(stat, 1),
+            Some(CpuTimes {
+                busy: 57987 - 41840,
+                total: 57987,
+                irq: 288
+            })
+        );
+        let c0 = parse_cpu_line(stat, 0).unwrap();
+        assert_eq!(
+            (c0.busy, c0.total, c0.irq),
+            (9216 + 2552 + 200 + 9, 58007, 200)
         );
         assert_eq!(parse_cpu_line(stat, 2), None);
-        assert!(cpu_busy_total(0).is_some());
+        assert!(cpu_times(0).is_some());
     }
 
     #[test]

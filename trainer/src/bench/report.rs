@@ -19,6 +19,8 @@ pub struct Settings {
     pub gateway_cpu: Option<usize>,
     pub rig_cpu: Option<usize>,
     pub gateway_workers: u32,
+    /// Nice value asked for the gateway, the mock and the load generator (`None`: untouched).
+    pub nice: Option<i32>,
     /// The load generator.
     pub load_client: String,
     pub binaries: Vec<Binary>,
@@ -47,12 +49,15 @@ pub struct Window {
     pub loadgen_cpu_us_per_req: f64,
     /// CPU time of the mock per request in the window.
     pub mock_cpu_us_per_req: f64,
-    /// Busy share of the gateway's core over the window (from /proc/stat), and the part of it
-    /// not accounted to the gateway process (other processes, interrupts, softirq).
+    /// Busy share of the gateway's core over the window (from /proc/stat); the part of it spent
+    /// in interrupts and softirq (loopback packet processing, charged to no process); and the
+    /// part that is neither that nor the gateway: other processes.
     pub gateway_core_busy_pct: Option<f64>,
+    pub gateway_core_irq_pct: Option<f64>,
     pub gateway_core_other_pct: Option<f64>,
     /// Same for the rig core, net of the load generator and the mock.
     pub rig_core_busy_pct: Option<f64>,
+    pub rig_core_irq_pct: Option<f64>,
     pub rig_core_other_pct: Option<f64>,
 }
 
@@ -73,6 +78,9 @@ pub struct Leg {
     /// LISTEN sockets on the port, all owned by this leg's gateway.
     pub listeners: usize,
     pub cpus_allowed: Option<String>,
+    /// The gateway's nice value and its autogroup's, as read back from /proc.
+    pub nice: Option<i64>,
+    pub autogroup_nice: Option<i32>,
     pub exit: String,
 }
 
@@ -296,6 +304,13 @@ pub fn render_table(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
+        "priority: {}",
+        s.nice.map_or("untouched".to_string(), |n| format!(
+            "nice {n} asked for the gateway, mock and load generator"
+        ))
+    );
+    let _ = writeln!(
+        out,
         "pinning: {}",
         match (s.gateway_cpu, s.rig_cpu) {
             (Some(g), Some(rc)) => format!(
@@ -326,7 +341,7 @@ pub fn render_table(r: &Report) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:>3}  {:<12} {:>9} {:>8} {:>8} {:>11} {:>7} {:>9} {:>6} {:>9} {:>9}",
+        "{:>3}  {:<12} {:>9} {:>8} {:>8} {:>11} {:>7} {:>9} {:>6} {:>7} {:>9} {:>9}",
         "leg",
         "binary",
         "rps",
@@ -336,6 +351,7 @@ pub fn render_table(r: &Report) -> String {
         "gw cpu",
         "RSS MiB",
         "failed",
+        "gw-irq",
         "gw-other",
         "rig-other"
     );
@@ -343,7 +359,7 @@ pub fn render_table(r: &Report) -> String {
     for l in &r.legs {
         let _ = writeln!(
             out,
-            "{:>3}  {:<12} {:>9.0} {:>8.3} {:>8.3} {:>11.2} {:>6.0}% {:>9.1} {:>6} {:>9} {:>9}",
+            "{:>3}  {:<12} {:>9.0} {:>8.3} {:>8.3} {:>11.2} {:>6.0}% {:>9.1} {:>6} {:>7} {:>9} {:>9}",
             l.index,
             trunc(&l.label, 12),
             l.window.rps,
@@ -353,6 +369,7 @@ pub fn render_table(r: &Report) -> String {
             l.gateway_cpu_pct,
             l.peak_rss_kib as f64 / 1024.0,
             l.window.failed + l.window.failed_outside_window,
+            opt(l.window.gateway_core_irq_pct),
             opt(l.window.gateway_core_other_pct),
             opt(l.window.rig_core_other_pct)
         );
@@ -474,6 +491,8 @@ pub fn synthetic(legs: &[(&str, f64, f64)], rig_rps: f64) -> Report {
             peak_rss_kib: 10_000,
             listeners: 1,
             cpus_allowed: Some("0".into()),
+            nice: Some(0),
+            autogroup_nice: None,
             exit: "exit status 0".into(),
         })
         .collect();
@@ -495,6 +514,7 @@ pub fn synthetic(legs: &[(&str, f64, f64)], rig_rps: f64) -> Report {
             gateway_cpu: Some(0),
             rig_cpu: Some(1),
             gateway_workers: 1,
+            nice: None,
             load_client: "raw".into(),
             binaries,
         },

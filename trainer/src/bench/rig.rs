@@ -35,19 +35,24 @@ impl Drop for Scratch {
     }
 }
 
-/// Pin the child to `cpu` and put it in its own process group, so that whatever it spawns can
-/// be killed with it.
-fn pinned(cmd: &mut Command, cpu: Option<usize>) {
+/// Pin the child to `cpu`, give it `nice` (best effort: without the privilege it keeps its
+/// priority, which the caller reads back), and make it a session leader: its own process group,
+/// so that whatever it spawns can be killed with it, and its own scheduler autogroup, whose nice
+/// the caller sets.
+fn pinned(cmd: &mut Command, cpu: Option<usize>, nice: Option<i32>) {
     // SAFETY: the closure only makes async-signal-safe syscalls.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
+            if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             if let Some(cpu) = cpu {
                 if super::pin::set_affinity_raw(0, cpu) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+            }
+            if let Some(n) = nice {
+                let _ = libc::setpriority(libc::PRIO_PROCESS, 0, n);
             }
             Ok(())
         });
@@ -138,6 +143,7 @@ pub fn start_mock(
     mock_bin: &Path,
     scratch: &Path,
     cpu: Option<usize>,
+    nice: Option<i32>,
 ) -> Result<(Proc, SocketAddr)> {
     let addr_file = scratch.join("mock.addr");
     let log = scratch.join("mock.log");
@@ -151,10 +157,13 @@ pub fn start_mock(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log)?);
-    pinned(&mut cmd, cpu);
+    pinned(&mut cmd, cpu, nice);
     let child = cmd
         .spawn()
         .with_context(|| format!("starting the mock: {} mock", mock_bin.display()))?;
+    if let Some(n) = nice {
+        super::pin::set_autogroup_nice(Some(child.id()), n);
+    }
     let mut proc = Proc {
         child: Some(child),
         log,
@@ -260,6 +269,7 @@ pub fn start_gateway(
     scratch: &Path,
     leg: usize,
     cpu: Option<usize>,
+    nice: Option<i32>,
 ) -> Result<Proc> {
     let before = procfs::listen_inodes(listen.port());
     if !before.is_empty() {
@@ -280,10 +290,13 @@ pub fn start_gateway(
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::options().append(true).open(&log)?);
-    pinned(&mut cmd, cpu);
+    pinned(&mut cmd, cpu, nice);
     let child = cmd
         .spawn()
         .with_context(|| format!("starting gateway {}", bin.display()))?;
+    if let Some(n) = nice {
+        super::pin::set_autogroup_nice(Some(child.id()), n);
+    }
     let mut proc = Proc {
         child: Some(child),
         log,
