@@ -49,6 +49,8 @@ impl Expect {
         } else {
             let v: Value = serde_json::from_slice(body)
                 .map_err(|e| format!("body is not JSON ({e}): {}", snippet(body)))?;
+            self.json_end(&v)
+                .map_err(|e| format!("{e}: {}", snippet(body)))?;
             self.json_text(&v)
                 .ok_or_else(|| format!("no text where the dialect puts it: {}", snippet(body)))?
         };
@@ -59,6 +61,47 @@ impl Expect {
             ));
         }
         Ok(())
+    }
+
+    /// The stop reason / status and the output token count of a whole response or of the
+    /// terminal event of a stream (`v` is then the chat finish chunk, the messages
+    /// `message_delta` or the responses `response` object).
+    fn end_of(&self, v: &Value, finish: bool) -> Result<(), String> {
+        let (reason_ptr, want, tokens_ptr) = match self.dialect {
+            Dialect::Chat => (
+                "/choices/0/finish_reason",
+                "stop",
+                "/usage/completion_tokens",
+            ),
+            Dialect::Messages if finish => {
+                ("/delta/stop_reason", "end_turn", "/usage/output_tokens")
+            }
+            Dialect::Messages => ("/stop_reason", "end_turn", "/usage/output_tokens"),
+            Dialect::Responses => ("/status", "completed", "/usage/output_tokens"),
+        };
+        let reason = v.pointer(reason_ptr).and_then(|r| r.as_str());
+        if reason != Some(want) {
+            return Err(format!(
+                "{} is {reason:?}, expected {want:?}",
+                reason_ptr.trim_start_matches('/')
+            ));
+        }
+        // Chat streams report usage in their own chunk (checked separately).
+        if !(self.dialect == Dialect::Chat && finish) {
+            let tokens = v.pointer(tokens_ptr).and_then(|t| t.as_u64());
+            if tokens != Some(self.output_tokens) {
+                return Err(format!(
+                    "{} is {tokens:?}, expected the mock's {}",
+                    tokens_ptr.trim_start_matches('/'),
+                    self.output_tokens
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn json_end(&self, v: &Value) -> Result<(), String> {
+        self.end_of(v, false)
     }
 
     fn json_text(&self, v: &Value) -> Option<String> {
@@ -82,6 +125,7 @@ impl Expect {
         let mut last_event: Option<String> = None;
         let mut last_data: Option<String> = None;
         let mut usage_seen = false;
+        let mut end_seen = false;
         let mut events = 0usize;
         for block in s.split("\n\n") {
             let block = block.trim_matches(|c| c == '\r' || c == '\n');
@@ -118,6 +162,12 @@ impl Expect {
                         {
                             text.push_str(c);
                         }
+                        if v.pointer("/choices/0/finish_reason")
+                            .is_some_and(|f| !f.is_null())
+                        {
+                            self.end_of(&v, true)?;
+                            end_seen = true;
+                        }
                         if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
                             let got = u.get("completion_tokens").and_then(|n| n.as_u64());
                             if got != Some(self.output_tokens) {
@@ -135,6 +185,10 @@ impl Expect {
                                 text.push_str(t);
                             }
                         }
+                        if ty == Some("message_delta") {
+                            self.end_of(&v, true)?;
+                            end_seen = true;
+                        }
                         if ty == Some("error") {
                             return Err(format!("error event: {}", snippet(data.as_bytes())));
                         }
@@ -144,6 +198,13 @@ impl Expect {
                             if let Some(t) = v.get("delta").and_then(|t| t.as_str()) {
                                 text.push_str(t);
                             }
+                        }
+                        if ty == Some("response.completed") {
+                            let r = v
+                                .get("response")
+                                .ok_or("response.completed without response")?;
+                            self.end_of(r, true)?;
+                            end_seen = true;
                         }
                         if ty == Some("error") || ty == Some("response.failed") {
                             return Err(format!("error event: {}", snippet(data.as_bytes())));
@@ -174,6 +235,9 @@ impl Expect {
                 "stream does not end with {want}; last frame: {}",
                 snippet(last_data.unwrap_or_default().as_bytes())
             ));
+        }
+        if !end_seen {
+            return Err("the stream carries no stop reason / final status".into());
         }
         if self.dialect == Dialect::Chat && self.usage_chunk && !usage_seen {
             return Err("stream_options.include_usage was set but no usage chunk came".into());
@@ -221,6 +285,21 @@ mod tests {
                 let plan = crate::mock::plan(d, body.as_bytes()).unwrap();
                 let good = rendered_body(d, &plan);
                 e.check(200, &good).unwrap();
+                let good_s = String::from_utf8(good.clone()).unwrap();
+                let (from, to) = match d {
+                    Dialect::Chat => (r#""finish_reason":"stop""#, r#""finish_reason":"length""#),
+                    Dialect::Messages => (
+                        r#""stop_reason":"end_turn""#,
+                        r#""stop_reason":"max_tokens""#,
+                    ),
+                    Dialect::Responses => (r#""status":"completed""#, r#""status":"incomplete""#),
+                };
+                let err = e
+                    .check(200, good_s.replace(from, to).as_bytes())
+                    .unwrap_err();
+                assert!(err.contains("expected"), "{err}");
+                let tokens = good_s.replace(r#"_tokens":5"#, r#"_tokens":4"#);
+                assert!(e.check(200, tokens.as_bytes()).is_err(), "{d:?} {stream}");
                 assert!(e.check(500, &good).is_err());
                 if stream {
                     let mut bad = plan.clone();

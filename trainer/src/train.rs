@@ -180,6 +180,12 @@ pub fn select<'a>(all: &'a [Loaded], only: &[String]) -> Result<Vec<&'a Loaded>>
     Ok(out)
 }
 
+/// A port free right now on 127.0.0.1 (bound, then released).
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
 /// A scratch directory under $TMPDIR.
 fn tempdir(prefix: &str) -> Result<PathBuf> {
     let nanos = SystemTime::now()
@@ -191,9 +197,19 @@ fn tempdir(prefix: &str) -> Result<PathBuf> {
     Ok(d)
 }
 
-/// The gateway config for a shape: one worker on a free port, both providers at the mock, the
-/// standard aliases plus the shape's alias routed to its upstream kind, and the posture.
-pub fn gateway_config(shape: &shapes::Shape, mock: SocketAddr) -> serde_json::Value {
+/// The gateway config for a shape: one worker on a port the gateway picks (it reports it), both
+/// providers at the mock, the standard aliases plus the shape's alias routed to its upstream
+/// kind, and the shape's posture:
+/// - `default`: observability on: Prometheus metrics on their own listener (`metrics_port`) and
+///   the access log written to `access_log` (a file, so that the gateway log stays readable);
+/// - `rate-limited`: the same plus a `limits.models` policy for the shape's alias with limits far
+///   above what training sends, so the quota path runs on every request and never refuses.
+pub fn gateway_config(
+    shape: &shapes::Shape,
+    mock: SocketAddr,
+    metrics_port: u16,
+    access_log: &Path,
+) -> serde_json::Value {
     let base = format!("http://{mock}");
     let mut models = serde_json::Map::new();
     models.insert(
@@ -218,6 +234,8 @@ pub fn gateway_config(shape: &shapes::Shape, mock: SocketAddr) -> serde_json::Va
             "up-anthropic": { "kind": "anthropic", "base_url": base, "api_key_env": "UPSTREAM_ANTHROPIC_KEY" }
         },
         "models": models,
+        "metrics": { "listen": format!("127.0.0.1:{metrics_port}") },
+        "access_log": { "path": access_log.to_string_lossy() },
     });
     if shape.posture == "rate-limited" {
         // High limits that training never reaches: the quota path runs on every request.
@@ -457,7 +475,12 @@ fn train_shape(
 
     let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 1).context("starting the mock")?;
     let config_path = scratch.join(format!("{name}.config.json"));
-    let cfg = gateway_config(&s.shape, mock.addr());
+    let cfg = gateway_config(
+        &s.shape,
+        mock.addr(),
+        free_port()?,
+        &scratch.join(format!("{name}.access.jsonl")),
+    );
     std::fs::write(&config_path, serde_json::to_vec_pretty(&cfg)?)?;
     let mut env = vec![
         ("UPSTREAM_OPENAI_KEY", "sk-mock-openai".to_string()),
@@ -541,4 +564,43 @@ fn train_shape(
         profile_bytes: bytes,
         seconds: (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(posture: &str, model: &str, upstream: &str) -> shapes::Shape {
+        serde_json::from_value(serde_json::json!({
+            "name": "s", "endpoint": "/v1/messages", "payload": "p.json", "model": model,
+            "upstream": upstream, "requests": 1, "concurrency": 1, "posture": posture
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn config_per_posture() {
+        let mock: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let log = Path::new("/tmp/a.jsonl");
+        let c = gateway_config(&shape("default", "my-alias", "anthropic"), mock, 5000, log);
+        assert_eq!(c["listen"], "127.0.0.1:0");
+        assert_eq!(c["models"]["my-alias"]["provider"], "up-anthropic");
+        assert_eq!(c["models"]["gpt-4o-mini"]["provider"], "up-openai");
+        assert_eq!(
+            c["providers"]["up-openai"]["base_url"],
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(c["metrics"]["listen"], "127.0.0.1:5000");
+        assert_eq!(c["access_log"]["path"], "/tmp/a.jsonl");
+        assert!(c.get("limits").is_none());
+        let c = gateway_config(
+            &shape("rate-limited", "gpt-4o-mini", "openai"),
+            mock,
+            5000,
+            log,
+        );
+        let p = &c["limits"]["models"]["gpt-4o-mini"];
+        assert!(p["requests_per_minute"].as_u64().unwrap() >= 1_000_000_000);
+        assert!(p["tokens_per_minute"].as_u64().unwrap() >= 1_000_000_000_000);
+    }
 }
