@@ -93,6 +93,59 @@ pub fn copy_renaming_model(
     out.extend_from_slice(&data[pos..]);
 }
 
+/// Appends `s` as a JSON string literal. Stream encoders write their frames with this and a few
+/// constant pieces instead of building a `serde_json::Value` per frame.
+pub fn write_str(out: &mut BytesMut, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let b = s.as_bytes();
+    out.reserve(b.len() + 2);
+    out.extend_from_slice(b"\"");
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let esc: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&b[start..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(c >> 4) as usize],
+                HEX[(c & 15) as usize],
+            ]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&b[start..]);
+    out.extend_from_slice(b"\"");
+}
+
+/// Appends a decimal integer.
+pub fn write_u64(out: &mut BytesMut, n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +172,24 @@ mod tests {
                 .status,
             400
         );
+    }
+
+    #[test]
+    fn writes_json_strings_like_serde() {
+        for s in ["", "plain", "q\"b\\s\n\r\t\u{1}\u{1f}", "é😀", "</script>"] {
+            let mut out = BytesMut::new();
+            write_str(&mut out, s);
+            assert_eq!(
+                std::str::from_utf8(&out).unwrap(),
+                serde_json::to_string(s).unwrap()
+            );
+        }
+        let mut out = BytesMut::new();
+        for n in [0, 7, 10, 1234567890123, u64::MAX] {
+            out.clear();
+            write_u64(&mut out, n);
+            assert_eq!(&out[..], n.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -141,14 +141,6 @@ pub fn write_event(out: &mut BytesMut, name: &str, data: &[u8]) {
     out.extend_from_slice(b"\n\n");
 }
 
-/// Appends `data: JSON\n\n` (chat completions frames carry no event name).
-pub fn write_data(out: &mut BytesMut, data: &[u8]) {
-    out.reserve(data.len() + 8);
-    out.extend_from_slice(b"data: ");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\n\n");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,9 @@
 //! OpenAI Chat Completions ⇄ neutral form.
 
+use std::borrow::Cow;
+
 use bytes::BytesMut;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -9,7 +12,8 @@ use super::{
     Message, OutPart, Part, Request, Response, Role, StopReason, Tool, ToolChoice, Usage,
 };
 use crate::error::{Dialect, GwError};
-use crate::sse::{write_data, SseEvent};
+use crate::json::{write_str, write_u64};
+use crate::sse::SseEvent;
 
 pub fn decode_request(v: &Value) -> Result<Request, GwError> {
     let mut r = Request::default();
@@ -340,49 +344,49 @@ fn chat_id(upstream: &str) -> String {
 // ---- streams ----
 
 #[derive(Deserialize)]
-struct Chunk {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    choices: Vec<ChunkChoice>,
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    choices: Vec<ChunkChoice<'a>>,
     #[serde(default)]
     usage: Option<ChunkUsage>,
     #[serde(default)]
-    error: Option<Value>,
+    error: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
-struct ChunkChoice {
-    #[serde(default)]
-    delta: Option<Delta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+struct ChunkChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
-struct Delta {
-    #[serde(default)]
-    content: Option<String>,
-    #[serde(default)]
-    tool_calls: Option<Vec<ToolDelta>>,
+struct Delta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolDelta<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct ToolDelta {
+struct ToolDelta<'a> {
     #[serde(default)]
     index: u64,
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    function: Option<FnDelta>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<FnDelta<'a>>,
 }
 
 #[derive(Deserialize)]
-struct FnDelta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    arguments: Option<String>,
+struct FnDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -393,21 +397,23 @@ struct ChunkUsage {
     completion_tokens: Option<u64>,
 }
 
-/// Chat chunks → neutral events. The stop reason is held back until the stream ends, because
-/// with `include_usage` the usage arrives in a later chunk and message-shaped dialects want both
-/// in one final event.
+/// Chat chunks → neutral events.
 #[derive(Default)]
 pub struct StreamDecoder {
     started: bool,
 }
 
 impl Decoder for StreamDecoder {
-    fn event(&mut self, ev: &SseEvent, sink: &mut dyn FnMut(Event)) -> Result<(), GwError> {
+    fn event<'a>(
+        &mut self,
+        ev: &'a SseEvent,
+        sink: &mut dyn FnMut(Event<'a>),
+    ) -> Result<(), GwError> {
         if ev.is_done_marker() {
             sink(Event::Done);
             return Ok(());
         }
-        let c: Chunk = serde_json::from_slice(&ev.data)
+        let c: Chunk<'a> = serde_json::from_slice(&ev.data)
             .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not a chat chunk"))?;
         if c.error.is_some() {
             return Err(upstream_stream_error(&ev.data));
@@ -415,7 +421,7 @@ impl Decoder for StreamDecoder {
         if !self.started {
             self.started = true;
             sink(Event::Start {
-                id: c.id.unwrap_or_else(|| new_id("chatcmpl-")),
+                id: c.id.unwrap_or_else(|| new_id("chatcmpl-").into()),
                 input_tokens: None,
             });
         }
@@ -462,11 +468,12 @@ impl Decoder for StreamDecoder {
     }
 }
 
-/// Neutral events → chat chunks.
+/// Neutral events → chat chunks. Every chunk starts with the same id/created/model header, so
+/// it is rendered once and each frame is that header, the delta and a constant tail.
 pub struct StreamEncoder {
-    alias_json: String,
-    id: String,
-    created: u64,
+    alias: String,
+    /// `{"id":…,"object":"chat.completion.chunk","created":…,"model":…,` once started.
+    head: Vec<u8>,
     include_usage: bool,
     usage: Usage,
     /// Upstream tool index → chat tool index, in order of appearance.
@@ -477,9 +484,8 @@ pub struct StreamEncoder {
 impl StreamEncoder {
     pub fn new(alias: String, include_usage: bool) -> Self {
         StreamEncoder {
-            alias_json: serde_json::to_string(&alias).expect("str serializes"),
-            id: String::new(),
-            created: now_secs(),
+            alias,
+            head: Vec::new(),
             include_usage,
             usage: Usage::default(),
             tools: Vec::new(),
@@ -487,42 +493,71 @@ impl StreamEncoder {
         }
     }
 
-    fn chunk(&self, out: &mut BytesMut, delta: Value, finish: Option<&str>) {
-        let body = format!(
-            r#"{{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[{{"index":0,"delta":{},"logprobs":null,"finish_reason":{}}}]}}"#,
-            serde_json::to_string(&self.id).expect("str serializes"),
-            self.created,
-            self.alias_json,
-            delta,
-            match finish {
-                Some(f) => format!("\"{f}\""),
-                None => "null".into(),
+    fn start(&mut self, id: &str) {
+        let mut h = BytesMut::with_capacity(128);
+        h.extend_from_slice(b"{\"id\":");
+        write_str(&mut h, &chat_id(id));
+        h.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+        write_u64(&mut h, now_secs());
+        h.extend_from_slice(b",\"model\":");
+        write_str(&mut h, &self.alias);
+        h.extend_from_slice(b",");
+        self.head = h.to_vec();
+    }
+
+    /// `data: HEAD"choices":[{"index":0,"delta":` … then the caller's delta, then the tail.
+    fn open(&mut self, out: &mut BytesMut) {
+        if self.head.is_empty() {
+            self.start(&new_id("chatcmpl-"));
+        }
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(b"\"choices\":[{\"index\":0,\"delta\":");
+    }
+
+    fn close(out: &mut BytesMut, finish: Option<&str>) {
+        match finish {
+            None => out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":null}]}\n\n"),
+            Some(f) => {
+                out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":\"");
+                out.extend_from_slice(f.as_bytes());
+                out.extend_from_slice(b"\"}]}\n\n");
             }
-        );
-        write_data(out, body.as_bytes());
+        }
     }
 }
 
 impl Encoder for StreamEncoder {
-    fn event(&mut self, ev: Event, out: &mut BytesMut) {
+    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
             Event::Start { id, input_tokens } => {
-                self.id = chat_id(&id);
                 if let Some(i) = input_tokens {
                     self.usage.input = i;
                 }
-                self.chunk(out, json!({"role": "assistant", "content": ""}), None);
+                self.start(&id);
+                self.open(out);
+                out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":\"\"}");
+                Self::close(out, None);
             }
-            Event::Text(t) => self.chunk(out, json!({ "content": t }), None),
+            Event::Text(t) => {
+                self.open(out);
+                out.extend_from_slice(b"{\"content\":");
+                write_str(out, &t);
+                out.extend_from_slice(b"}");
+                Self::close(out, None);
+            }
             Event::ToolStart { index, id, name } => {
-                let i = self.tools.len();
+                let i = self.tools.len() as u64;
                 self.tools.push(index);
-                self.chunk(
-                    out,
-                    json!({"tool_calls": [{"index": i, "id": id, "type": "function",
-                        "function": {"name": name, "arguments": ""}}]}),
-                    None,
-                );
+                self.open(out);
+                out.extend_from_slice(b"{\"tool_calls\":[{\"index\":");
+                write_u64(out, i);
+                out.extend_from_slice(b",\"id\":");
+                write_str(out, &id);
+                out.extend_from_slice(b",\"type\":\"function\",\"function\":{\"name\":");
+                write_str(out, &name);
+                out.extend_from_slice(b",\"arguments\":\"\"}}]}");
+                Self::close(out, None);
             }
             Event::ToolArgs { index, delta } => {
                 let i = self
@@ -530,16 +565,20 @@ impl Encoder for StreamEncoder {
                     .iter()
                     .position(|&t| t == index)
                     .unwrap_or(self.tools.len().saturating_sub(1));
-                self.chunk(
-                    out,
-                    json!({"tool_calls": [{"index": i, "function": {"arguments": delta}}]}),
-                    None,
-                );
+                self.open(out);
+                out.extend_from_slice(b"{\"tool_calls\":[{\"index\":");
+                write_u64(out, i as u64);
+                out.extend_from_slice(b",\"function\":{\"arguments\":");
+                write_str(out, &delta);
+                out.extend_from_slice(b"}}]}");
+                Self::close(out, None);
             }
             Event::Stop(s) => {
                 if self.stop.is_none() {
                     self.stop = Some(s);
-                    self.chunk(out, json!({}), Some(stop_to(s)));
+                    self.open(out);
+                    out.extend_from_slice(b"{}");
+                    Self::close(out, Some(stop_to(s)));
                 }
             }
             Event::Usage { input, output } => {
@@ -552,20 +591,21 @@ impl Encoder for StreamEncoder {
             }
             Event::Done => {
                 if self.stop.is_none() {
-                    self.chunk(out, json!({}), Some("stop"));
+                    self.open(out);
+                    out.extend_from_slice(b"{}");
+                    Self::close(out, Some("stop"));
                 }
                 if self.include_usage {
                     let u = self.usage;
-                    let body = format!(
-                        r#"{{"id":{},"object":"chat.completion.chunk","created":{},"model":{},"choices":[],"usage":{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{}}}}}"#,
-                        serde_json::to_string(&self.id).expect("str serializes"),
-                        self.created,
-                        self.alias_json,
-                        u.input,
-                        u.output,
-                        u.input + u.output
-                    );
-                    write_data(out, body.as_bytes());
+                    out.extend_from_slice(b"data: ");
+                    out.extend_from_slice(&self.head);
+                    out.extend_from_slice(b"\"choices\":[],\"usage\":{\"prompt_tokens\":");
+                    write_u64(out, u.input);
+                    out.extend_from_slice(b",\"completion_tokens\":");
+                    write_u64(out, u.output);
+                    out.extend_from_slice(b",\"total_tokens\":");
+                    write_u64(out, u.input + u.output);
+                    out.extend_from_slice(b"}}\n\n");
                 }
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }

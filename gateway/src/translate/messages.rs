@@ -1,5 +1,7 @@
 //! Anthropic Messages ⇄ neutral form.
 
+use std::borrow::Cow;
+
 use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -9,6 +11,7 @@ use super::{
     Message, OutPart, Part, Request, Response, Role, StopReason, Tool, ToolChoice, Usage,
 };
 use crate::error::{Dialect, GwError};
+use crate::json::{write_str, write_u64};
 use crate::sse::{write_event, SseEvent};
 
 /// Anthropic requires `max_tokens`; OpenAI clients usually leave it out.
@@ -301,51 +304,51 @@ pub fn encode_response(r: &Response, alias: &str) -> Value {
 // ---- streams ----
 
 #[derive(Deserialize)]
-struct Ev {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    message: Option<StartMsg>,
+struct Ev<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    message: Option<StartMsg<'a>>,
     #[serde(default)]
     index: Option<u64>,
-    #[serde(default)]
-    content_block: Option<Block>,
-    #[serde(default)]
-    delta: Option<DeltaV>,
-    #[serde(default)]
-    usage: Option<UsageV>,
-}
-
-#[derive(Deserialize)]
-struct StartMsg {
-    #[serde(default)]
-    id: Option<String>,
+    #[serde(default, borrow)]
+    content_block: Option<Block<'a>>,
+    #[serde(default, borrow)]
+    delta: Option<DeltaV<'a>>,
     #[serde(default)]
     usage: Option<UsageV>,
 }
 
 #[derive(Deserialize)]
-struct Block {
-    #[serde(rename = "type")]
-    kind: String,
+struct StartMsg<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
+    usage: Option<UsageV>,
 }
 
 #[derive(Deserialize)]
-struct DeltaV {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    text: Option<String>,
-    #[serde(default)]
-    partial_json: Option<String>,
-    #[serde(default)]
-    stop_reason: Option<String>,
+struct Block<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct DeltaV<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -361,30 +364,34 @@ struct UsageV {
 pub struct StreamDecoder {}
 
 impl Decoder for StreamDecoder {
-    fn event(&mut self, ev: &SseEvent, sink: &mut dyn FnMut(Event)) -> Result<(), GwError> {
+    fn event<'a>(
+        &mut self,
+        ev: &'a SseEvent,
+        sink: &mut dyn FnMut(Event<'a>),
+    ) -> Result<(), GwError> {
         if &ev.event[..] == b"error" {
             return Err(upstream_stream_error(&ev.data));
         }
-        let e: Ev = serde_json::from_slice(&ev.data).map_err(|_| {
+        let e: Ev<'a> = serde_json::from_slice(&ev.data).map_err(|_| {
             GwError::bad_upstream("upstream sent a frame that is not a messages event")
         })?;
-        match e.kind.as_str() {
+        match &*e.kind {
             "message_start" => {
-                let m = e.message.unwrap_or(StartMsg {
-                    id: None,
-                    usage: None,
-                });
+                let (id, usage) = match e.message {
+                    Some(m) => (m.id, m.usage),
+                    None => (None, None),
+                };
                 sink(Event::Start {
-                    id: m.id.unwrap_or_else(|| new_id("msg_")),
-                    input_tokens: m.usage.as_ref().and_then(|u| u.input_tokens),
+                    id: id.unwrap_or_else(|| new_id("msg_").into()),
+                    input_tokens: usage.and_then(|u| u.input_tokens),
                 });
             }
             "content_block_start" => {
                 if let Some(b) = e.content_block {
-                    match b.kind.as_str() {
+                    match &*b.kind {
                         "tool_use" => sink(Event::ToolStart {
                             index: e.index.unwrap_or(0),
-                            id: b.id.unwrap_or_else(|| new_id("toolu_")),
+                            id: b.id.unwrap_or_else(|| new_id("toolu_").into()),
                             name: b.name.unwrap_or_default(),
                         }),
                         "text" => {
@@ -466,8 +473,11 @@ impl StreamEncoder {
 
     fn close(&mut self, out: &mut BytesMut) {
         if let Some((_, i)) = self.open.take() {
-            let d = format!(r#"{{"type":"content_block_stop","index":{i}}}"#);
-            write_event(out, "content_block_stop", d.as_bytes());
+            out.extend_from_slice(
+                b"event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":",
+            );
+            write_u64(out, i);
+            out.extend_from_slice(b"}\n\n");
         }
     }
 
@@ -494,10 +504,25 @@ impl StreamEncoder {
         write_event(out, "message_start", d.to_string().as_bytes());
         write_event(out, "ping", br#"{"type":"ping"}"#);
     }
+
+    /// The frequent event, written without building a DOM.
+    fn delta(out: &mut BytesMut, index: u64, kind: &str, field: &str, value: &str) {
+        out.extend_from_slice(
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
+        );
+        write_u64(out, index);
+        out.extend_from_slice(b",\"delta\":{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"");
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(b"\":");
+        write_str(out, value);
+        out.extend_from_slice(b"}}\n\n");
+    }
 }
 
 impl Encoder for StreamEncoder {
-    fn event(&mut self, ev: Event, out: &mut BytesMut) {
+    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
             Event::Start { id, input_tokens } => {
                 if let Some(i) = input_tokens {
@@ -506,15 +531,19 @@ impl Encoder for StreamEncoder {
                 self.start(&id, out);
             }
             Event::Text(t) => {
+                if !self.started {
+                    self.start(&new_id("msg_"), out);
+                }
                 let i = match self.open {
                     Some((Open::Text, i)) => i,
                     _ => self.open(Open::Text, json!({"type": "text", "text": ""}), out),
                 };
-                let d = json!({"type": "content_block_delta", "index": i,
-                    "delta": {"type": "text_delta", "text": t}});
-                write_event(out, "content_block_delta", d.to_string().as_bytes());
+                Self::delta(out, i, "text_delta", "text", &t);
             }
             Event::ToolStart { index, id, name } => {
+                if !self.started {
+                    self.start(&new_id("msg_"), out);
+                }
                 self.open(
                     Open::Tool(index),
                     json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
@@ -529,9 +558,7 @@ impl Encoder for StreamEncoder {
                     Some((Open::Tool(_), i)) => i,
                     _ => return,
                 };
-                let d = json!({"type": "content_block_delta", "index": i,
-                    "delta": {"type": "input_json_delta", "partial_json": delta}});
-                write_event(out, "content_block_delta", d.to_string().as_bytes());
+                Self::delta(out, i, "input_json_delta", "partial_json", &delta);
             }
             Event::Stop(s) => self.stop = Some(s),
             Event::Usage { input, output } => {

@@ -14,6 +14,7 @@ pub mod chat;
 pub mod messages;
 pub mod responses;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -115,24 +116,26 @@ pub enum OutPart {
     },
 }
 
-/// One step of an upstream stream, in neutral form.
+/// One step of an upstream stream, in neutral form. Strings borrow from the upstream frame
+/// (they are copied only when they contain JSON escapes), since every event is encoded for the
+/// client before the next frame is looked at.
 #[derive(Debug)]
-pub enum Event {
+pub enum Event<'a> {
     Start {
-        id: String,
+        id: Cow<'a, str>,
         input_tokens: Option<u64>,
     },
-    Text(String),
+    Text(Cow<'a, str>),
     /// A new tool call; `index` is the upstream's index for it, which later argument deltas
     /// refer to.
     ToolStart {
         index: u64,
-        id: String,
-        name: String,
+        id: Cow<'a, str>,
+        name: Cow<'a, str>,
     },
     ToolArgs {
         index: u64,
-        delta: String,
+        delta: Cow<'a, str>,
     },
     Stop(StopReason),
     Usage {
@@ -145,13 +148,17 @@ pub enum Event {
 
 /// Emits client-dialect SSE for neutral events.
 pub trait Encoder: Send {
-    fn event(&mut self, ev: Event, out: &mut BytesMut);
+    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut);
     fn error(&mut self, err: &GwError, out: &mut BytesMut);
 }
 
 /// Parses upstream SSE events into neutral events.
 pub trait Decoder: Send {
-    fn event(&mut self, ev: &SseEvent, sink: &mut dyn FnMut(Event)) -> Result<(), GwError>;
+    fn event<'a>(
+        &mut self,
+        ev: &'a SseEvent,
+        sink: &mut dyn FnMut(Event<'a>),
+    ) -> Result<(), GwError>;
 }
 
 /// What the response side of a translated exchange needs to remember from the request.

@@ -9,6 +9,7 @@ use super::{
     Response, Role, StopReason, Tool, ToolChoice, Usage,
 };
 use crate::error::{Dialect, GwError};
+use crate::json::{write_str, write_u64};
 use crate::sse::write_event;
 
 pub fn decode_request(v: &Value) -> Result<Request, GwError> {
@@ -244,10 +245,15 @@ impl StreamEncoder {
         }
     }
 
+    fn next_seq(&mut self) -> u64 {
+        let s = self.seq;
+        self.seq += 1;
+        s
+    }
+
     fn emit(&mut self, out: &mut BytesMut, name: &str, mut data: Value) {
         data["type"] = name.into();
-        data["sequence_number"] = self.seq.into();
-        self.seq += 1;
+        data["sequence_number"] = self.next_seq().into();
         write_event(out, name, data.to_string().as_bytes());
     }
 
@@ -320,7 +326,7 @@ impl StreamEncoder {
 }
 
 impl Encoder for StreamEncoder {
-    fn event(&mut self, ev: Event, out: &mut BytesMut) {
+    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
             Event::Start { id, input_tokens } => {
                 if let Some(i) = input_tokens {
@@ -353,19 +359,22 @@ impl Encoder for StreamEncoder {
                     });
                 }
                 let output_index = output_index.max(self.items.len());
-                let item_id = match &mut self.open {
-                    Some(Item::Text { id, text }) => {
-                        text.push_str(&t);
-                        id.clone()
-                    }
-                    _ => unreachable!("a text item was just opened"),
+                let seq = self.next_seq();
+                let Some(Item::Text { id, text }) = &mut self.open else {
+                    unreachable!("a text item was just opened")
                 };
-                self.emit(
-                    out,
-                    "response.output_text.delta",
-                    json!({"item_id": item_id, "output_index": output_index,
-                        "content_index": 0, "delta": t, "logprobs": []}),
+                text.push_str(&t);
+                out.extend_from_slice(
+                    b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":",
                 );
+                write_str(out, id);
+                out.extend_from_slice(b",\"output_index\":");
+                write_u64(out, output_index as u64);
+                out.extend_from_slice(b",\"content_index\":0,\"delta\":");
+                write_str(out, &t);
+                out.extend_from_slice(b",\"logprobs\":[],\"sequence_number\":");
+                write_u64(out, seq);
+                out.extend_from_slice(b"}\n\n");
             }
             Event::ToolStart { index: _, id, name } => {
                 self.close(out);
@@ -379,8 +388,8 @@ impl Encoder for StreamEncoder {
                 );
                 self.open = Some(Item::Call {
                     id: item_id,
-                    call_id: id,
-                    name,
+                    call_id: id.into_owned(),
+                    name: name.into_owned(),
                     arguments: String::new(),
                 });
             }
@@ -388,18 +397,25 @@ impl Encoder for StreamEncoder {
                 let output_index = self.items.len();
                 // Arguments always belong to the open call: upstreams that interleave parallel
                 // calls are not representable in this event order.
-                let item_id = match &mut self.open {
-                    Some(Item::Call { id, arguments, .. }) => {
-                        arguments.push_str(&delta);
-                        id.clone()
-                    }
-                    _ => return,
+                if !matches!(self.open, Some(Item::Call { .. })) {
+                    return;
+                }
+                let seq = self.next_seq();
+                let Some(Item::Call { id, arguments, .. }) = &mut self.open else {
+                    return;
                 };
-                self.emit(
-                    out,
-                    "response.function_call_arguments.delta",
-                    json!({"item_id": item_id, "output_index": output_index, "delta": delta}),
+                arguments.push_str(&delta);
+                out.extend_from_slice(
+                    b"event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":",
                 );
+                write_str(out, id);
+                out.extend_from_slice(b",\"output_index\":");
+                write_u64(out, output_index as u64);
+                out.extend_from_slice(b",\"delta\":");
+                write_str(out, &delta);
+                out.extend_from_slice(b",\"sequence_number\":");
+                write_u64(out, seq);
+                out.extend_from_slice(b"}\n\n");
             }
             Event::Stop(s) => self.stop = Some(s),
             Event::Usage { input, output } => {
