@@ -547,6 +547,122 @@ mod tests {
         }
     }
 
+    /// One request through the real server with the load driver; returns the outcome and the
+    /// (status, body) the check saw.
+    fn roundtrip(
+        mock: &MockServer,
+        path: &str,
+        body: &str,
+        timeout_ms: u64,
+    ) -> (crate::load::Outcome, Option<(u16, Vec<u8>)>) {
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(None));
+        let s2 = seen.clone();
+        let check: crate::load::Check = Arc::new(move |status, body| {
+            *s2.lock().unwrap() = Some((status, body.to_vec()));
+            Ok(())
+        });
+        let mut opts = crate::load::Options::new(mock.addr(), 1, crate::load::Stop::Total(1));
+        opts.timeout = Some(std::time::Duration::from_millis(timeout_ms));
+        let req = crate::load::Request::post_json(path, body.to_owned());
+        let out = crate::load::run_blocking(&opts, &req, check).unwrap();
+        let seen = seen.lock().unwrap().take();
+        (out, seen)
+    }
+
+    #[test]
+    fn directives_over_the_wire() {
+        let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+        let chat = |text: &str, stream: bool| {
+            format!(
+                r#"{{"model":"m","stream":{stream},"messages":[{{"role":"user","content":"{text}"}}]}}"#
+            )
+        };
+        // Status: the provider's error body.
+        let (_, seen) = roundtrip(
+            &mock,
+            "/v1/messages",
+            &chat("[[mock:status:429]]", false),
+            2000,
+        );
+        let (status, body) = seen.unwrap();
+        assert_eq!(status, 429);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "rate_limit_error");
+        let (_, seen) = roundtrip(
+            &mock,
+            "/v1/chat/completions",
+            &chat("[[mock:status:500]]", true),
+            2000,
+        );
+        let (status, body) = seen.unwrap();
+        assert_eq!(status, 500);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"]["type"], "server_error");
+        // Stall: no answer.
+        let (out, seen) = roundtrip(
+            &mock,
+            "/v1/responses",
+            r#"{"model":"m","input":"[[mock:stall]]"}"#,
+            300,
+        );
+        assert!(seen.is_none());
+        assert!(out.first_failure.unwrap().contains("no complete response"));
+        // Fail mid-stream: the connection drops before the last chunk.
+        let (out, seen) = roundtrip(
+            &mock,
+            "/v1/chat/completions",
+            &chat("[[mock:fail_mid_stream]]", true),
+            2000,
+        );
+        assert!(seen.is_none());
+        let f = out.first_failure.unwrap();
+        assert!(f.contains("closed the connection mid-body"), "{f}");
+        // Non-streaming too: fewer bytes than promised.
+        let (out, _) = roundtrip(
+            &mock,
+            "/v1/messages",
+            &chat("[[mock:fail_mid_stream]]", false),
+            2000,
+        );
+        assert!(out.first_failure.unwrap().contains("body bytes"));
+        // Malformed SSE: a frame that is not JSON, then a normal end.
+        let (_, seen) = roundtrip(
+            &mock,
+            "/v1/messages",
+            &chat("[[mock:malformed_sse]] [[mock:frames:20]]", true),
+            2000,
+        );
+        let body = String::from_utf8(seen.unwrap().1).unwrap();
+        assert!(body.contains("not json"));
+        assert!(!body.contains("message_stop"));
+        // Many frames, tool calls.
+        let (_, seen) = roundtrip(
+            &mock,
+            "/v1/responses",
+            r#"{"model":"m","stream":true,"input":"[[mock:frames:50]]"}"#,
+            2000,
+        );
+        let body = String::from_utf8(seen.unwrap().1).unwrap();
+        assert_eq!(
+            body.matches("event: response.output_text.delta").count(),
+            50
+        );
+        assert!(body.contains(" word50"));
+        let (_, seen) = roundtrip(
+            &mock,
+            "/v1/chat/completions",
+            &chat("[[mock:tool_call]]", false),
+            2000,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&seen.unwrap().1).unwrap();
+        assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(
+            v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"],
+            r#"{"city":"Paris"}"#
+        );
+    }
+
     #[test]
     fn every_rendering_is_valid_json() {
         for d in [Dialect::Chat, Dialect::Responses, Dialect::Messages] {
