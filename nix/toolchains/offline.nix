@@ -39,7 +39,11 @@ let
     derivation (env // {
       inherit name system;
       builder = "/bin/bash";
-      args = [ "-c" (prologue name + script) ];
+      # The script travels as a file, not as argv: the builder's command line stays short and
+      # carries no binary names a process search on the host could match.
+      stageScript = prologue name + script;
+      passAsFile = [ "stageScript" ];
+      args = [ "-c" ''source "$stageScriptPath"'' ];
       PATH = hostPath;
     });
 
