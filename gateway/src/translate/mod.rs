@@ -2,7 +2,7 @@
 //! speaks. Every dialect is decoded into one neutral form and encoded out of it, so n dialects
 //! need n decoders and n encoders rather than n² pairwise translators:
 //!
-//! - requests: chat | messages | responses → [`Request`] → chat | messages
+//! - requests: chat | messages | responses → [`request::Request`] → chat | messages
 //! - responses: chat | messages → [`Response`] → chat | messages | responses
 //! - streams: chat | messages events → [`Event`]s → chat | messages | responses SSE
 //!
@@ -12,6 +12,7 @@
 
 pub mod chat;
 pub mod messages;
+pub mod request;
 pub mod responses;
 
 use std::borrow::Cow;
@@ -24,64 +25,6 @@ use crate::body::StreamTransform;
 use crate::config::Route;
 use crate::error::{Dialect, GwError};
 use crate::sse::SseEvent;
-
-#[derive(Debug, Default)]
-pub struct Request {
-    pub system: Option<String>,
-    pub messages: Vec<Message>,
-    pub tools: Vec<Tool>,
-    pub tool_choice: Option<ToolChoice>,
-    pub max_tokens: Option<u64>,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub stop: Vec<String>,
-    pub stream: bool,
-    /// Chat clients only: whether they asked for the final usage chunk.
-    pub include_usage: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    User,
-    Assistant,
-}
-
-#[derive(Debug)]
-pub struct Message {
-    pub role: Role,
-    pub parts: Vec<Part>,
-}
-
-#[derive(Debug)]
-pub enum Part {
-    Text(String),
-    /// `arguments` is the JSON text of the arguments object.
-    ToolCall {
-        id: String,
-        name: String,
-        arguments: String,
-    },
-    ToolResult {
-        id: String,
-        content: String,
-        is_error: bool,
-    },
-}
-
-#[derive(Debug)]
-pub struct Tool {
-    pub name: String,
-    pub description: Option<String>,
-    pub parameters: Value,
-}
-
-#[derive(Debug)]
-pub enum ToolChoice {
-    Auto,
-    None,
-    Required,
-    Named(String),
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -253,16 +196,14 @@ pub fn request(
     body: &[u8],
     route: &Arc<Route>,
 ) -> Result<(Bytes, Translation), GwError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| GwError::bad_request(format!("invalid JSON body: {e}")))?;
     let req = match client {
-        Dialect::Chat => chat::decode_request(&v)?,
-        Dialect::Messages => messages::decode_request(&v)?,
-        Dialect::Responses => responses::decode_request(&v)?,
+        Dialect::Chat => request::decode_chat(body)?,
+        Dialect::Messages => request::decode_messages(body)?,
+        Dialect::Responses => request::decode_responses(body)?,
     };
-    let out = match upstream {
-        Dialect::Chat => chat::encode_request(&req, &route.upstream_model),
-        Dialect::Messages => messages::encode_request(&req, &route.upstream_model),
+    let bytes = match upstream {
+        Dialect::Chat => request::encode_chat(&req, &route.upstream_json),
+        Dialect::Messages => request::encode_messages(&req, &route.upstream_json),
         Dialect::Responses => {
             return Err(GwError::new(
                 http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -270,7 +211,6 @@ pub fn request(
             ))
         }
     };
-    let bytes = Bytes::from(serde_json::to_vec(&out).expect("serializing a Value cannot fail"));
     Ok((
         bytes,
         Translation {
@@ -286,23 +226,6 @@ pub fn request(
 
 pub(crate) fn bad(msg: impl Into<String>) -> GwError {
     GwError::bad_request(msg)
-}
-
-/// Text of a content value that is either a string or an array of `{type, text}` parts.
-pub(crate) fn text_of(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => {
-            let mut s = String::new();
-            for p in parts {
-                if let Some(t) = p.get("text").and_then(Value::as_str) {
-                    s.push_str(t);
-                }
-            }
-            s
-        }
-        _ => String::new(),
-    }
 }
 
 pub(crate) fn opt_str(v: &Value, key: &str) -> Option<String> {

@@ -4,102 +4,10 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::{
-    bad, new_id, now_secs, opt_str, text_of, Encoder, Event, Message, OutPart, Part, Request,
-    Response, Role, StopReason, Tool, ToolChoice, Usage,
-};
+use super::{new_id, now_secs, Encoder, Event, OutPart, Response, StopReason, Usage};
 use crate::error::{Dialect, GwError};
 use crate::json::{write_str, write_u64};
 use crate::sse::write_event;
-
-pub fn decode_request(v: &Value) -> Result<Request, GwError> {
-    let mut r = Request::default();
-    let mut system: Vec<String> = Vec::new();
-    if let Some(s) = v.get("instructions").and_then(Value::as_str) {
-        system.push(s.to_owned());
-    }
-    let push = |r: &mut Request, role: Role, part: Part| match r.messages.last_mut() {
-        Some(m) if m.role == role => m.parts.push(part),
-        _ => r.messages.push(Message {
-            role,
-            parts: vec![part],
-        }),
-    };
-    match v.get("input") {
-        Some(Value::String(s)) => push(&mut r, Role::User, Part::Text(s.clone())),
-        Some(Value::Array(items)) => {
-            for it in items {
-                let kind = it.get("type").and_then(Value::as_str).unwrap_or("message");
-                match kind {
-                    "message" => {
-                        let content = it.get("content").unwrap_or(&Value::Null);
-                        match it.get("role").and_then(Value::as_str) {
-                            Some("system" | "developer") => system.push(text_of(content)),
-                            Some("assistant") => {
-                                push(&mut r, Role::Assistant, Part::Text(text_of(content)))
-                            }
-                            Some("user") => push(&mut r, Role::User, Part::Text(text_of(content))),
-                            other => return Err(bad(format!("input: unknown role {other:?}"))),
-                        }
-                    }
-                    "function_call" => push(
-                        &mut r,
-                        Role::Assistant,
-                        Part::ToolCall {
-                            id: opt_str(it, "call_id").unwrap_or_default(),
-                            name: opt_str(it, "name").unwrap_or_default(),
-                            arguments: opt_str(it, "arguments").unwrap_or_default(),
-                        },
-                    ),
-                    "function_call_output" => push(
-                        &mut r,
-                        Role::User,
-                        Part::ToolResult {
-                            id: opt_str(it, "call_id").unwrap_or_default(),
-                            content: it.get("output").map(text_of).unwrap_or_default(),
-                            is_error: false,
-                        },
-                    ),
-                    // Reasoning items and built-in tool calls have no equivalent upstream.
-                    _ => {}
-                }
-            }
-        }
-        _ => return Err(bad("input: must be a string or an array")),
-    }
-    if !system.is_empty() {
-        r.system = Some(system.join("\n\n"));
-    }
-    if let Some(tools) = v.get("tools").and_then(Value::as_array) {
-        for t in tools {
-            if t.get("type").and_then(Value::as_str) != Some("function") {
-                return Err(bad("tools: only function tools can be translated"));
-            }
-            r.tools.push(Tool {
-                name: opt_str(t, "name").ok_or_else(|| bad("tools: every tool needs a name"))?,
-                description: opt_str(t, "description"),
-                parameters: t
-                    .get("parameters")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-            });
-        }
-    }
-    r.tool_choice = match v.get("tool_choice") {
-        Some(Value::String(s)) => match s.as_str() {
-            "none" => Some(ToolChoice::None),
-            "required" => Some(ToolChoice::Required),
-            _ => Some(ToolChoice::Auto),
-        },
-        Some(o @ Value::Object(_)) => opt_str(o, "name").map(ToolChoice::Named),
-        _ => None,
-    };
-    r.max_tokens = v.get("max_output_tokens").and_then(Value::as_u64);
-    r.temperature = v.get("temperature").and_then(Value::as_f64);
-    r.top_p = v.get("top_p").and_then(Value::as_f64);
-    r.stream = v.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    Ok(r)
-}
 
 fn resp_id(upstream: &str) -> String {
     if upstream.starts_with("resp_") {
