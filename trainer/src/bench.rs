@@ -18,12 +18,13 @@ mod stats;
 pub use report::synthetic as report_synthetic;
 pub use report::{render_table, Report};
 
-use crate::load;
+use crate::{check, load, shapes, train};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use report::{Binary, Leg, RigFloor, Settings, Window};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `LABEL=PATH`.
@@ -126,41 +127,6 @@ pub fn write_json(report: &Report, path: Option<&Path>) -> Result<()> {
         eprintln!("bench: report written to {}", p.display());
     }
     Ok(())
-}
-
-/// The fields of a shape file the bench uses.
-#[derive(serde::Deserialize, Clone, Debug)]
-pub struct Shape {
-    pub name: String,
-    pub endpoint: String,
-    #[serde(default)]
-    pub stream: bool,
-    pub payload: String,
-    pub model: String,
-    pub upstream: String,
-    #[serde(default = "default_posture")]
-    pub posture: String,
-}
-
-fn default_posture() -> String {
-    "default".into()
-}
-
-pub fn load_shape(path: &Path) -> Result<(Shape, Bytes)> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading shape {}", path.display()))?;
-    let shape: Shape =
-        serde_json::from_str(&text).with_context(|| format!("parsing shape {}", path.display()))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let payload_path = dir.join(&shape.payload);
-    let body = std::fs::read(&payload_path).with_context(|| {
-        format!(
-            "reading payload {} of shape {}",
-            payload_path.display(),
-            shape.name
-        )
-    })?;
-    Ok((shape, Bytes::from(body)))
 }
 
 fn check_binary(p: &Path) -> Result<PathBuf> {
@@ -292,18 +258,6 @@ fn measure(
     Ok((w, gw_ticks, m.gateway_rss_kib))
 }
 
-/// The rate-limited posture needs a `limits` section whose format the contracts do not fix
-/// yet; until they do, the bench runs such a shape with the default posture and says so.
-fn posture_note(shape: &Shape) -> Option<String> {
-    (shape.posture != "default").then(|| {
-        format!(
-            "shape posture `{}`: the bench config has no limits section (format not in \
-             docs/contracts.md yet); measured with the default posture",
-            shape.posture
-        )
-    })
-}
-
 pub fn run_batch(
     shape_path: &Path,
     baseline: &Labeled,
@@ -316,7 +270,13 @@ pub fn run_batch(
     if k.window_secs <= 0.0 {
         bail!("--window-secs must be positive");
     }
-    let (shape, body) = load_shape(shape_path)?;
+    let loaded = shapes::load(shape_path)?;
+    let (shape, body) = (loaded.shape.clone(), loaded.body.clone());
+    // Every response is checked the way training checks it: the dialect's body or stream and
+    // the mock's exact text.
+    let expect = check::Expect::for_payload(loaded.dialect, &body)
+        .map_err(|e| anyhow::anyhow!("shape {}: {e}", shape.name))?;
+    let check: load::Check = Arc::new(move |status, body| expect.check(status, body));
     let base_bin = check_binary(&baseline.path)?;
     let mut var_bins = Vec::new();
     for v in variants {
@@ -403,7 +363,7 @@ pub fn run_batch(
         schema: 1,
         valid: true,
         problems: Vec::new(),
-        flags: posture_note(&shape).into_iter().chain(nice_flags).collect(),
+        flags: nice_flags,
         settings,
         rig_floor: None,
         anchors: None,
@@ -440,7 +400,6 @@ pub fn run_batch(
         path: shape.endpoint.clone(),
         body: body.clone(),
     };
-    let check = driver::minimal_check(&shape.endpoint, shape.stream);
     let (fw, _, _) = measure(&floor_target, k, cores, mock.pid(), None, check.clone())?;
     eprintln!(
         "bench: [rig floor] {:.0} rps, p50 {:.3} ms, p99 {:.3} ms; rig cpu per request: load \
@@ -523,7 +482,7 @@ struct RigInfo {
 
 /// The shape's request and how to check its answers.
 struct Work<'a> {
-    shape: &'a Shape,
+    shape: &'a shapes::Shape,
     body: &'a Bytes,
     check: &'a load::Check,
 }
@@ -546,8 +505,12 @@ fn run_leg(
     } = *rig;
     let port = rig::free_port()?;
     let listen: SocketAddr = ([127, 0, 0, 1], port).into();
-    let config = rig::gateway_config(listen, mock_addr, &shape.model, &shape.upstream);
     let scratch = rig::Scratch::new()?;
+    // The config training uses for the shape's posture (observability on; the rate-limited
+    // posture adds its never-hit policy), on the bench's port.
+    let access_log = scratch.0.join("access.log");
+    let mut config = train::gateway_config(shape, mock_addr, rig::free_port()?, &access_log);
+    config["listen"] = serde_json::Value::String(listen.to_string());
     let mut gw = rig::start_gateway(
         path,
         &config,

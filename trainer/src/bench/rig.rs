@@ -199,44 +199,6 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// The gateway config for a bench leg: one worker, both providers at the mock, the shape's
-/// model alias routed to the shape's upstream kind.
-pub fn gateway_config(
-    listen: SocketAddr,
-    mock: SocketAddr,
-    model_alias: &str,
-    upstream: &str,
-) -> serde_json::Value {
-    let base = format!("http://{mock}");
-    let mut models = serde_json::Map::new();
-    models.insert(
-        "gpt-4o-mini".into(),
-        serde_json::json!({ "provider": "up-openai", "model": "mock-gpt" }),
-    );
-    models.insert(
-        "claude-haiku".into(),
-        serde_json::json!({ "provider": "up-anthropic", "model": "mock-claude" }),
-    );
-    let (provider, model) = if upstream == "anthropic" {
-        ("up-anthropic", "mock-claude")
-    } else {
-        ("up-openai", "mock-gpt")
-    };
-    models.insert(
-        model_alias.into(),
-        serde_json::json!({ "provider": provider, "model": model }),
-    );
-    serde_json::json!({
-        "listen": listen.to_string(),
-        "workers": 1,
-        "providers": {
-            "up-openai": { "kind": "openai", "base_url": base, "api_key_env": "UPSTREAM_OPENAI_KEY" },
-            "up-anthropic": { "kind": "anthropic", "base_url": base, "api_key_env": "UPSTREAM_ANTHROPIC_KEY" }
-        },
-        "models": models,
-    })
-}
-
 fn livez(addr: SocketAddr) -> bool {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
         return false;
@@ -375,22 +337,5 @@ mod tests {
         // SIGTERM stop reports how it ended.
         let st = p.terminate().unwrap();
         assert_eq!(describe_exit(st), "killed by signal 15");
-    }
-
-    #[test]
-    fn config_routes_the_alias_to_the_shape_upstream() {
-        let c = gateway_config(
-            "127.0.0.1:1".parse().unwrap(),
-            "127.0.0.1:2".parse().unwrap(),
-            "bridge-alias",
-            "anthropic",
-        );
-        assert_eq!(c["workers"], 1);
-        assert_eq!(c["models"]["bridge-alias"]["provider"], "up-anthropic");
-        assert_eq!(
-            c["providers"]["up-openai"]["base_url"],
-            "http://127.0.0.1:2"
-        );
-        assert_eq!(c["listen"], "127.0.0.1:1");
     }
 }
