@@ -3,6 +3,7 @@
 //! slower beyond the noise band, or when the batch is invalid.
 
 use crate::bench::{self, Knobs, Labeled};
+use crate::shapes;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -21,37 +22,23 @@ pub struct HoldoutArgs {
     pub knobs: Knobs,
 }
 
-/// The one shape file marked holdout in `dir`.
+/// The one shape file marked holdout in `dir`. Every shape there is loaded and checked the way
+/// training loads them (`shapes::load_dir`, which also requires exactly one holdout).
 pub fn find_holdout(dir: &Path) -> Result<PathBuf> {
-    let mut found = Vec::new();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading shapes dir {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json") && p.is_file())
-        .collect();
-    entries.sort();
-    for p in entries {
-        let text =
-            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-        if v.get("holdout").and_then(|h| h.as_bool()) == Some(true) {
-            found.push(p);
-        }
+    let all = shapes::load_dir(dir)?;
+    let holdout = all
+        .iter()
+        .find(|s| s.shape.holdout)
+        .context("no holdout shape")?;
+    let path = dir.join(format!("{}.json", holdout.shape.name));
+    if !path.is_file() {
+        bail!(
+            "holdout shape {} is not at {}",
+            holdout.shape.name,
+            path.display()
+        );
     }
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => bail!("no shape in {} is marked \"holdout\": true", dir.display()),
-        n => bail!(
-            "{n} shapes in {} are marked holdout (exactly one must be): {}",
-            dir.display(),
-            found
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    }
+    Ok(path)
 }
 
 /// The gate's decision on a finished report: `Err` with the reason when it fails.
@@ -116,47 +103,18 @@ pub fn run(args: HoldoutArgs) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn dir_with(files: &[(&str, &str)]) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "holdout-test-{}-{}",
-            std::process::id(),
-            files.len() * 31 + files.first().map_or(0, |f| f.0.len())
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        for (name, text) in files {
-            std::fs::write(d.join(name), text).unwrap();
-        }
-        d
-    }
-
     #[test]
-    fn exactly_one_holdout() {
-        let d = dir_with(&[
-            ("a.json", r#"{"name":"a","holdout":false}"#),
-            ("bb.json", r#"{"name":"bb","holdout":true}"#),
-            ("c.json", r#"{"name":"c"}"#),
-            ("notes.txt", "x"),
-        ]);
-        assert_eq!(find_holdout(&d).unwrap(), d.join("bb.json"));
-        let _ = std::fs::remove_dir_all(&d);
-
-        let none = dir_with(&[("x.json", r#"{"name":"x"}"#)]);
-        assert!(find_holdout(&none)
-            .unwrap_err()
-            .to_string()
-            .contains("no shape"));
-        let _ = std::fs::remove_dir_all(&none);
-
-        let two = dir_with(&[
-            ("p.json", r#"{"holdout":true}"#),
-            ("q.json", r#"{"holdout":true}"#),
-        ]);
-        assert!(find_holdout(&two)
-            .unwrap_err()
-            .to_string()
-            .contains("2 shapes"));
-        let _ = std::fs::remove_dir_all(&two);
+    fn finds_the_repository_holdout() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shapes");
+        let p = find_holdout(&dir).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(v["holdout"], true);
+        // A directory without shapes is refused.
+        let empty = std::env::temp_dir().join(format!("holdout-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        assert!(find_holdout(&empty).is_err());
+        let _ = std::fs::remove_dir_all(&empty);
     }
 }
 
