@@ -8,7 +8,7 @@ import subprocess
 import time
 import urllib.request
 
-from conftest import ROOT, offline_build
+from nixchain import ROOT, offline_build
 
 STAGES = [
     "toolchain-versions",
