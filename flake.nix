@@ -144,23 +144,8 @@
               '';
             };
 
-            # The trainer's holdout gate: plain vs PGO+BOLT on the shape training never saw. Timing
-            # needs a quiet machine: only builders declaring the `benchmark` feature take it.
-            holdout =
-              pipeline.holdout or (toolchain.runStage {
-                name = "gateway-holdout";
-                env.requiredSystemFeatures = [ "benchmark" ];
-                script = ''
-                  mkdir -p "$out"
-                  ${trainer}/bin/trainer holdout \
-                    --plain ${pipeline.gateway}/bin/gateway \
-                    --optimized ${gateway-pgo-bolt}/bin/gateway \
-                    --shapes ${shapes} \
-                    --json "$out/holdout.json" \
-                    | tee "$out/holdout.txt" \
-                    || fail "the holdout gate failed"
-                '';
-              });
+            # The trainer's holdout gate (nix/stages/holdout.nix), for `benchmark` builders only.
+            holdout = pipeline.holdout;
           };
 
           # llvm-profdata lives in lib/rustlib/<triple>/bin of the llvm-tools component; put it on

@@ -66,6 +66,13 @@ rec {
     inherit trainer versions;
   };
 
+  # Not part of the artifact: the gate that the optimized build is no slower on held-out work.
+  holdout = stages.holdout {
+    plain = gateway;
+    optimized = gateway-pgo-bolt;
+    inherit trainer shapes;
+  };
+
   # The stage functions and their inputs, for compositions such as nix/tests/fail-closed.nix.
   inherit stages toolchain shapes;
 }

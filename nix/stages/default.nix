@@ -11,4 +11,5 @@ in
   bolt-instrument = stage ./bolt-instrument.nix;
   bolt-profile = stage ./bolt-profile.nix;
   bolt-optimize = stage ./bolt-optimize.nix;
+  holdout = stage ./holdout.nix;
 }
