@@ -134,7 +134,7 @@ fn chat_id(upstream: &str) -> String {
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     choices: Vec<ChunkChoice<'a>>,
@@ -148,13 +148,13 @@ struct Chunk<'a> {
 struct ChunkChoice<'a> {
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct Delta<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolDelta<'a>>>,
@@ -164,7 +164,7 @@ struct Delta<'a> {
 struct ToolDelta<'a> {
     #[serde(default)]
     index: u64,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function: Option<FnDelta<'a>>,
@@ -172,9 +172,9 @@ struct ToolDelta<'a> {
 
 #[derive(Deserialize)]
 struct FnDelta<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     arguments: Option<Cow<'a, str>>,
 }
 

@@ -133,7 +133,7 @@ struct Ev<'a> {
 
 #[derive(Deserialize)]
 struct StartMsg<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     id: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<UsageV>,
@@ -143,23 +143,23 @@ struct StartMsg<'a> {
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     text: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct DeltaV<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "super::opt_cow")]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     text: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     partial_json: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
     stop_reason: Option<Cow<'a, str>>,
 }
 
@@ -169,6 +169,24 @@ struct UsageV {
     input_tokens: Option<u64>,
     #[serde(default)]
     output_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct BlockDelta<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(borrow)]
+    delta: SmallDelta<'a>,
+}
+
+#[derive(Deserialize)]
+struct SmallDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    partial_json: Option<Cow<'a, str>>,
 }
 
 /// Messages events → neutral events.
@@ -181,8 +199,41 @@ impl Decoder for StreamDecoder {
         ev: &'a SseEvent,
         sink: &mut dyn FnMut(Event<'a>),
     ) -> Result<(), GwError> {
-        if &ev.event[..] == b"error" {
-            return Err(upstream_stream_error(&ev.data));
+        match &ev.event[..] {
+            b"error" => return Err(upstream_stream_error(&ev.data)),
+            // Most of a stream is deltas and pings: they get a parse that looks only for their
+            // few fields (the general one below handles every event, named or not).
+            b"content_block_delta" => {
+                let d: BlockDelta<'a> = serde_json::from_slice(&ev.data).map_err(|_| {
+                    GwError::bad_upstream("upstream sent a frame that is not a messages event")
+                })?;
+                match &*d.delta.kind {
+                    "text_delta" => {
+                        if let Some(t) = d.delta.text {
+                            sink(Event::Text(t));
+                        }
+                    }
+                    "input_json_delta" => {
+                        if let Some(p) = d.delta.partial_json.filter(|p| !p.is_empty()) {
+                            sink(Event::ToolArgs {
+                                index: d.index,
+                                delta: p,
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+                return Ok(());
+            }
+            b"ping" | b"content_block_stop" => {
+                if serde_json::from_slice::<serde::de::IgnoredAny>(&ev.data).is_err() {
+                    return Err(GwError::bad_upstream(
+                        "upstream sent a frame that is not a messages event",
+                    ));
+                }
+                return Ok(());
+            }
+            _ => {}
         }
         let e: Ev<'a> = serde_json::from_slice(&ev.data).map_err(|_| {
             GwError::bad_upstream("upstream sent a frame that is not a messages event")

@@ -224,6 +224,19 @@ pub fn request(
 
 // Small helpers shared by the dialect modules.
 
+/// For optional string fields: borrows from the input unless the string contains escapes.
+/// serde borrows only for a field typed exactly `Cow<str>`; through `Option` it would allocate
+/// every time, which on a stream is once per frame.
+pub(crate) fn opt_cow<'de: 'a, 'a, D>(d: D) -> Result<Option<Cow<'a, str>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(serde::Deserialize)]
+    #[serde(transparent)]
+    struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(<Option<Str<'a>> as serde::Deserialize>::deserialize(d)?.map(|s| s.0))
+}
+
 pub(crate) fn bad(msg: impl Into<String>) -> GwError {
     GwError::bad_request(msg)
 }
@@ -279,4 +292,27 @@ pub(crate) fn upstream_stream_error(data: &[u8]) -> GwError {
         http::StatusCode::BAD_GATEWAY,
         format!("upstream error: {msg}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_strings_borrow_unless_escaped() {
+        #[derive(serde::Deserialize)]
+        struct S<'a> {
+            #[serde(default, borrow, deserialize_with = "opt_cow")]
+            a: Option<Cow<'a, str>>,
+            #[serde(default, borrow, deserialize_with = "opt_cow")]
+            b: Option<Cow<'a, str>>,
+            #[serde(default, borrow, deserialize_with = "opt_cow")]
+            c: Option<Cow<'a, str>>,
+        }
+        let s: S = serde_json::from_str(r#"{"a":"plain","b":"q\"x","c":null}"#).unwrap();
+        assert!(matches!(s.a, Some(Cow::Borrowed("plain"))));
+        assert!(matches!(s.b.as_deref(), Some("q\"x")));
+        assert!(matches!(s.b, Some(Cow::Owned(_))));
+        assert!(s.c.is_none());
+    }
 }

@@ -12,7 +12,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::bad;
+use super::{bad, opt_cow};
 use crate::error::GwError;
 use crate::json::{write_str, write_u64};
 
@@ -152,7 +152,7 @@ fn object<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Option<&'a str>, 
 
 #[derive(Deserialize)]
 struct ContentPart<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     text: Option<&'a RawValue>,
@@ -268,7 +268,7 @@ struct ChatTool<'a> {
 /// A function definition: OpenAI chat nests it in `function`, Responses flattens it.
 #[derive(Deserialize)]
 struct ToolDef<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
     #[serde(borrow)]
     name: &'a RawValue,
@@ -290,7 +290,7 @@ impl<'a> ToolDef<'a> {
 
 #[derive(Deserialize)]
 struct NamedChoice<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     name: Option<&'a RawValue>,
@@ -573,9 +573,9 @@ struct RespReq<'a> {
 
 #[derive(Deserialize)]
 struct RespItem<'a> {
-    #[serde(rename = "type", default, borrow)]
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
     role: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     content: Option<&'a RawValue>,
