@@ -63,15 +63,15 @@ pub fn find_model_span(body: &[u8]) -> Option<(usize, usize)> {
     Some((start, start + raw.get().len()))
 }
 
-/// Replaces every `"model":<from>` (optionally with one space after the colon) by
-/// `"model":<to>` while copying `data` to `out`. Used on native streams, where the model name can
-/// sit at any depth (`message.model`, `response.model`) and parsing each frame would cost more than
-/// the search.
+/// Replaces the string value of every `"model":` key (optionally one space after the colon) by
+/// `to` while copying `data` to `out`. Used on native streams, where the model name can sit at
+/// any depth (`message.model`, `response.model`) and parsing each frame would cost more than the
+/// search. Text inside JSON strings cannot match: its quotes are escaped. Any value is replaced,
+/// not only the configured upstream name, because upstreams answer with dated snapshot names.
 pub fn copy_renaming_model(
     out: &mut BytesMut,
     data: &[u8],
     finder: &memchr::memmem::Finder<'_>,
-    from: &[u8],
     to: &[u8],
 ) {
     let mut pos = 0;
@@ -81,16 +81,38 @@ pub fn copy_renaming_model(
         if data.get(v) == Some(&b' ') {
             v += 1;
         }
-        if data[v..].starts_with(from) {
-            out.extend_from_slice(&data[pos..v]);
-            out.extend_from_slice(to);
-            pos = v + from.len();
-        } else {
-            out.extend_from_slice(&data[pos..key_end]);
-            pos = key_end;
+        match string_end(data, v) {
+            Some(end) => {
+                out.extend_from_slice(&data[pos..v]);
+                out.extend_from_slice(to);
+                pos = end;
+            }
+            None => {
+                out.extend_from_slice(&data[pos..key_end]);
+                pos = key_end;
+            }
         }
     }
     out.extend_from_slice(&data[pos..]);
+}
+
+/// End (exclusive) of the JSON string literal starting at `start`, if one starts there.
+fn string_end(data: &[u8], start: usize) -> Option<usize> {
+    if data.get(start) != Some(&b'"') {
+        return None;
+    }
+    let mut i = start + 1;
+    while let Some(off) = memchr::memchr2(b'"', b'\\', &data[i..]) {
+        let p = i + off;
+        if data[p] == b'"' {
+            return Some(p + 1);
+        }
+        i = p + 2;
+        if i > data.len() {
+            return None;
+        }
+    }
+    None
 }
 
 /// Appends `s` as a JSON string literal. Stream encoders write their frames with this and a few
@@ -198,14 +220,13 @@ mod tests {
         let mut out = BytesMut::new();
         copy_renaming_model(
             &mut out,
-            br#"{"message":{"model": "up","x":{"model":"other"}},"model":"up"}"#,
+            br#"{"message":{"model": "up-2024","x":{"model":"o\"q","t":"say \"model\":\"x\""}},"model":"up","n":{"model":3}}"#,
             &f,
-            br#""up""#,
             br#""alias""#,
         );
         assert_eq!(
-            &out[..],
-            br#"{"message":{"model": "alias","x":{"model":"other"}},"model":"alias"}"#
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3}}"#
         );
     }
 }

@@ -18,18 +18,16 @@ struct Probe {
 pub struct NativeStream {
     dialect: Dialect,
     finder: memchr::memmem::Finder<'static>,
-    from: bytes::Bytes,
     to: bytes::Bytes,
     events: u64,
     finished: bool,
 }
 
 impl NativeStream {
-    pub fn new(dialect: Dialect, upstream_json: bytes::Bytes, alias_json: bytes::Bytes) -> Self {
+    pub fn new(dialect: Dialect, alias_json: bytes::Bytes) -> Self {
         NativeStream {
             dialect,
             finder: memchr::memmem::Finder::new(b"\"model\":"),
-            from: upstream_json,
             to: alias_json,
             events: 0,
             finished: false,
@@ -79,7 +77,7 @@ impl StreamTransform for NativeStream {
             out.extend_from_slice(b"\n");
         }
         out.extend_from_slice(b"data: ");
-        crate::json::copy_renaming_model(out, &ev.data, &self.finder, &self.from, &self.to);
+        crate::json::copy_renaming_model(out, &ev.data, &self.finder, &self.to);
         out.extend_from_slice(b"\n\n");
         self.events += 1;
         Ok(())

@@ -79,11 +79,7 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
 
     if status.is_success() && stream {
         let transform: Box<dyn crate::body::StreamTransform> = match tr {
-            None => Box::new(NativeStream::new(
-                dialect,
-                route.upstream_json.clone(),
-                route.alias_json.clone(),
-            )),
+            None => Box::new(NativeStream::new(dialect, route.alias_json.clone())),
             Some(t) => t.stream(),
         };
         return Ok(sse_response(SseBody::new(
