@@ -368,6 +368,7 @@ pub fn run_batch(
         rig_floor: None,
         anchors: None,
         summaries: Vec::new(),
+        between_variants: Vec::new(),
         legs: Vec::new(),
     };
 

@@ -149,7 +149,25 @@ pub struct Report {
     pub rig_floor: Option<RigFloor>,
     pub anchors: Option<Anchors>,
     pub summaries: Vec<Summary>,
+    /// Each variant against each variant listed before it, from their deltas against the
+    /// baseline: (1 + d_later) / (1 + d_earlier) − 1.
+    pub between_variants: Vec<Pair>,
     pub legs: Vec<Leg>,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct Pair {
+    pub variant: String,
+    pub against: String,
+    pub rps_pct: f64,
+    pub cpu_us_pct: f64,
+    pub rps: Verdict,
+    pub cpu_us: Verdict,
+}
+
+/// `later` relative to `earlier`, both given as percent deltas against the same baseline.
+pub fn relative_pct(later: f64, earlier: f64) -> f64 {
+    ((1.0 + later / 100.0) / (1.0 + earlier / 100.0) - 1.0) * 100.0
 }
 
 /// Front-to-back anchor drift (rps) beyond this is flagged.
@@ -267,6 +285,26 @@ pub fn summarize(report: &mut Report) {
             }
         }
     }
+    let variants: Vec<(&str, &Delta)> = summaries
+        .iter()
+        .filter_map(|s| s.delta.as_ref().map(|d| (s.label.as_str(), d)))
+        .collect();
+    let mut pairs = Vec::new();
+    for (i, (later, dl)) in variants.iter().enumerate() {
+        for (earlier, de) in &variants[..i] {
+            let rps_pct = relative_pct(dl.rps_pct, de.rps_pct);
+            let cpu_pct = relative_pct(dl.cpu_us_pct, de.cpu_us_pct);
+            pairs.push(Pair {
+                variant: later.to_string(),
+                against: earlier.to_string(),
+                rps_pct,
+                cpu_us_pct: cpu_pct,
+                rps: stats::verdict(rps_pct, bands.rps_pct, true),
+                cpu_us: stats::verdict(cpu_pct, bands.cpu_us_pct, false),
+            });
+        }
+    }
+    report.between_variants = pairs;
     report.anchors = Some(anchors);
     report.summaries = summaries;
 }
@@ -431,6 +469,27 @@ pub fn render_table(r: &Report) -> String {
             );
         }
     }
+    if !r.between_variants.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "between variants (same bands):");
+        for p in &r.between_variants {
+            let _ = writeln!(
+                out,
+                "  {} vs {}: {} rps ({}), {} cpu/req ({})",
+                p.variant,
+                p.against,
+                pct(p.rps_pct),
+                verdict_word(p.rps),
+                pct(p.cpu_us_pct),
+                match p.cpu_us {
+                    Verdict::Better => "cheaper",
+                    Verdict::Worse => "COSTLIER",
+                    Verdict::WithinNoise => "within noise",
+                }
+            );
+        }
+    }
+    let _ = writeln!(out);
     for f in &r.flags {
         let _ = writeln!(out, "flag: {f}");
     }
@@ -528,6 +587,7 @@ pub fn synthetic(legs: &[(&str, f64, f64)], rig_rps: f64) -> Report {
         }),
         anchors: None,
         summaries: vec![],
+        between_variants: vec![],
         legs,
     };
     summarize(&mut r);
@@ -574,6 +634,28 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["summaries"][1]["delta"]["rps"], "better");
         assert_eq!(json["legs"][0]["rps"], 1000.0);
+    }
+
+    #[test]
+    fn variants_against_each_other() {
+        assert!((relative_pct(21.0, 10.0) - 10.0).abs() < 1e-9);
+        assert!((relative_pct(0.0, 0.0)).abs() < 1e-9);
+        let r = synthetic(
+            &[
+                ("plain", 1000.0, 10.0),
+                ("pgo", 1200.0, 9.0),
+                ("bolt", 1260.0, 8.55),
+                ("plain", 1000.0, 10.0),
+            ],
+            9000.0,
+        );
+        assert_eq!(r.between_variants.len(), 1);
+        let p = &r.between_variants[0];
+        assert_eq!((p.variant.as_str(), p.against.as_str()), ("bolt", "pgo"));
+        assert!((p.rps_pct - 5.0).abs() < 1e-9, "{}", p.rps_pct);
+        assert!((p.cpu_us_pct + 5.0).abs() < 1e-9, "{}", p.cpu_us_pct);
+        assert_eq!(p.rps, Verdict::Better);
+        assert!(render_table(&r).contains("bolt vs pgo: +5.0% rps (faster)"));
     }
 
     #[test]
