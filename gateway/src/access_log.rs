@@ -340,10 +340,6 @@ impl Record {
         }
     }
 
-    pub fn request_id(&self) -> &HeaderValue {
-        &self.request_id
-    }
-
     fn with(&mut self, f: impl FnOnce(&mut Inner)) {
         if let Some(i) = self.inner.as_deref_mut() {
             f(i)

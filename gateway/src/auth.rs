@@ -258,6 +258,7 @@ impl Caller {
     }
 
     /// The key id for logs and metrics ("-" on an open gateway).
+    #[cfg(test)]
     pub fn id_str(&self) -> &str {
         self.id.as_deref().unwrap_or("-")
     }

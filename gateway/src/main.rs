@@ -2,6 +2,7 @@
 //! Responses to clients, in front of OpenAI- and Anthropic-style upstreams.
 
 mod access_log;
+mod alloc;
 mod auth;
 mod body;
 mod config;
