@@ -115,12 +115,18 @@ pub struct Anchors {
 
 #[derive(Serialize, Clone, Debug)]
 pub struct Delta {
+    /// Means of the per-leg bracketed deltas (what the verdicts judge).
     pub rps_pct: f64,
     pub p50_pct: f64,
     pub p99_pct: f64,
     pub cpu_us_pct: f64,
     pub rps: Verdict,
     pub cpu_us: Verdict,
+    /// The per-leg deltas themselves and their medians (robust to a single odd leg).
+    pub rps_per_leg_pct: Vec<f64>,
+    pub cpu_us_per_leg_pct: Vec<f64>,
+    pub rps_median_pct: f64,
+    pub cpu_us_median_pct: f64,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -234,6 +240,10 @@ pub fn summarize(report: &mut Report) {
                 cpu_us_pct: cpu_pct,
                 rps: stats::verdict(rps_pct, bands.rps_pct, true),
                 cpu_us: stats::verdict(cpu_pct, bands.cpu_us_pct, false),
+                rps_median_pct: stats::median(&stats::per_leg_deltas_pct(&b_rps, &rps)),
+                cpu_us_median_pct: stats::median(&stats::per_leg_deltas_pct(&b_cpu, &cpu)),
+                rps_per_leg_pct: stats::per_leg_deltas_pct(&b_rps, &rps),
+                cpu_us_per_leg_pct: stats::per_leg_deltas_pct(&b_cpu, &cpu),
             }
         });
         summaries.push(Summary {
@@ -447,9 +457,20 @@ pub fn render_table(r: &Report) -> String {
                     pct(d.p50_pct),
                     pct(d.p99_pct),
                     pct(d.cpu_us_pct),
-                    verdict_word(d.rps),
+                    format!(
+                        "{} (per-leg median {} rps, {} cpu)",
+                        verdict_word(d.rps),
+                        pct(d.rps_median_pct),
+                        pct(d.cpu_us_median_pct)
+                    ),
                 ),
-                None => ("base".into(), "".into(), "".into(), "".into(), "baseline"),
+                None => (
+                    "base".into(),
+                    "".into(),
+                    "".into(),
+                    "".into(),
+                    "baseline".into(),
+                ),
             };
             let _ = writeln!(
                 out,
@@ -623,6 +644,8 @@ mod tests {
         assert!((d.rps_pct - 20.0).abs() < 1e-9, "{}", d.rps_pct);
         assert_eq!(d.rps, Verdict::Better);
         assert_eq!(d.cpu_us, Verdict::Better);
+        assert_eq!(d.rps_per_leg_pct.len(), 2);
+        assert!((d.rps_median_pct - 20.0).abs() < 1e-9);
         assert!(r.summaries[0].delta.is_none());
         let rig = r.rig_floor.as_ref().unwrap();
         assert!((rig.headroom_x - 5000.0 / 1203.0).abs() < 1e-9);

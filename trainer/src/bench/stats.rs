@@ -58,27 +58,50 @@ pub fn noise_band_pct(anchors: &[f64], floor_pct: f64) -> f64 {
         .max(floor_pct)
 }
 
-/// Delta of a variant against the baseline, in percent, drift-corrected: each variant leg is
-/// compared with the mean of the two baseline legs that bracket it, and the per-leg deltas are
-/// averaged. `anchors.len()` must be `variant.len() + 1`; otherwise it falls back to the ratio
-/// of the means.
-pub fn bracketed_delta_pct(anchors: &[f64], variant: &[f64]) -> f64 {
-    if variant.is_empty() || anchors.is_empty() {
-        return f64::NAN;
+/// Per-leg deltas of a variant, in percent: variant leg `i` against the mean of the baseline
+/// legs `i` and `i + 1` that bracket it. Empty unless `anchors.len() == variant.len() + 1`.
+pub fn per_leg_deltas_pct(anchors: &[f64], variant: &[f64]) -> Vec<f64> {
+    if variant.is_empty() || anchors.len() != variant.len() + 1 {
+        return Vec::new();
     }
-    if anchors.len() != variant.len() + 1 {
-        let a = mean(anchors);
-        return (mean(variant) - a) / a * 100.0;
-    }
-    let per_leg: Vec<f64> = variant
+    variant
         .iter()
         .enumerate()
         .map(|(i, v)| {
             let bracket = (anchors[i] + anchors[i + 1]) / 2.0;
             (v - bracket) / bracket * 100.0
         })
-        .collect();
+        .collect()
+}
+
+/// Delta of a variant against the baseline, in percent, drift-corrected: the mean of
+/// [`per_leg_deltas_pct`]. When the legs do not interleave (`anchors.len() !=
+/// variant.len() + 1`) it falls back to the ratio of the means.
+pub fn bracketed_delta_pct(anchors: &[f64], variant: &[f64]) -> f64 {
+    if variant.is_empty() || anchors.is_empty() {
+        return f64::NAN;
+    }
+    let per_leg = per_leg_deltas_pct(anchors, variant);
+    if per_leg.is_empty() {
+        let a = mean(anchors);
+        return (mean(variant) - a) / a * 100.0;
+    }
     mean(&per_leg)
+}
+
+/// Median (mean of the middle two for an even count); NaN when empty.
+pub fn median(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -156,6 +179,17 @@ mod tests {
         assert!((bracketed_delta_pct(&[100.0, 100.0], &[120.0]) - 20.0).abs() < 1e-9);
         assert!((bracketed_delta_pct(&[100.0], &[90.0, 110.0]) - 0.0).abs() < 1e-9);
         assert!(bracketed_delta_pct(&[], &[1.0]).is_nan());
+    }
+
+    #[test]
+    fn per_leg_and_median() {
+        let d = per_leg_deltas_pct(&[100.0, 100.0, 200.0], &[110.0, 165.0]);
+        assert_eq!(d.len(), 2);
+        assert!((d[0] - 10.0).abs() < 1e-9 && (d[1] - 10.0).abs() < 1e-9);
+        assert!(per_leg_deltas_pct(&[1.0, 2.0], &[1.0, 2.0]).is_empty());
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(&[]).is_nan());
     }
 
     #[test]
