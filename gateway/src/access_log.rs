@@ -18,7 +18,6 @@
 //! cannot keep up (a full pipe) makes lines be dropped past 4 MiB buffered per worker, counted in
 //! `gateway_access_log_dropped_total`.
 
-#![allow(dead_code)] // until wired into the request path
 use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -9,8 +9,6 @@
 //! `--features mimalloc` or `--features tikv-jemallocator` swaps the allocator, for measuring
 //! again on other hardware or workloads; jemalloc then runs its own background purge thread.
 
-#![allow(dead_code)] // until `spawn_housekeeping` is called at startup
-
 use std::time::Duration;
 
 #[cfg(feature = "mimalloc")]

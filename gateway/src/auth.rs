@@ -15,7 +15,6 @@
 //! A key whose environment variable is unset is a warning, not an error (so `gateway validate` can
 //! run where secrets are absent), and that key can never authenticate: the gateway stays closed.
 
-#![allow(dead_code)] // until wired into the request path
 use std::collections::HashSet;
 use std::sync::Arc;
 

@@ -53,6 +53,12 @@ pub struct Snapshot {
     pub models_body: Bytes,
     pub upstream_timeout: Duration,
     pub max_body_bytes: usize,
+    /// Caller keys (empty = open gateway).
+    pub keys: crate::auth::Keys,
+    /// Rate-limit policies and their live counters.
+    pub limits: crate::limits::Limits,
+    /// Alias → `model` metric label.
+    pub metric_models: crate::metrics::ModelLabels,
 }
 
 /// Settings that only matter at startup (they cannot change on reload).
@@ -61,6 +67,8 @@ pub struct Listen {
     pub addr: SocketAddr,
     pub workers: usize,
     pub drain_timeout: Duration,
+    pub metrics: Option<crate::metrics::MetricsConfig>,
+    pub access_log: crate::access_log::AccessLogConfig,
 }
 
 pub struct Config {
@@ -291,6 +299,24 @@ impl Checker {
             }
         }
 
+        let keys =
+            crate::auth::Keys::from_config(top.get("keys"), &mut self.errors, &mut self.warnings);
+        let aliases: Vec<&str> = routes.keys().map(String::as_str).collect();
+        let limits = crate::limits::Limits::from_config(
+            top.get("limits"),
+            &keys.ids(),
+            &aliases,
+            &mut self.errors,
+            &mut self.warnings,
+        );
+        let metric_models = crate::metrics::ModelLabels::new(aliases.iter().copied());
+        let metrics =
+            crate::metrics::MetricsConfig::from_config(top.get("metrics"), &mut self.errors);
+        let access_log = crate::access_log::AccessLogConfig::from_config(
+            top.get("access_log"),
+            &mut self.errors,
+        );
+
         let addr = addr?;
         let mut names: Vec<&String> = routes.keys().collect();
         names.sort();
@@ -317,12 +343,17 @@ impl Checker {
                 addr,
                 workers,
                 drain_timeout: Duration::from_millis(drain_ms),
+                metrics,
+                access_log,
             },
             snapshot: Snapshot {
                 routes,
                 models_body: Bytes::from(models_body),
                 upstream_timeout: Duration::from_millis(upstream_ms),
                 max_body_bytes,
+                keys,
+                limits,
+                metric_models,
             },
             warnings: Vec::new(),
         })

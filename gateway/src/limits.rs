@@ -42,7 +42,6 @@
 //!   `stream_options.include_usage`) keeps only its reserved input estimate.
 //! - The counters are reset by a config reload (SIGHUP).
 
-#![allow(dead_code)] // until wired into the request path
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -14,7 +14,6 @@
 //! "metrics": { "listen": "127.0.0.1:9464" }      // "enabled": false turns the listener off
 //! ```
 
-#![allow(dead_code)] // until wired into the request path
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;

@@ -7,6 +7,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::time::{timeout_at, Instant};
 
+use crate::access_log::Record;
 use crate::body::{json_response, json_response_parts, sse_response, GwResponse, SseBody, UpBody};
 use crate::error::{Dialect, GwError};
 use crate::native::NativeStream;
@@ -18,10 +19,15 @@ use crate::{json, provider, translate};
 const MAX_UPSTREAM_BODY: usize = 64 << 20;
 
 pub async fn handle(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> GwResponse {
-    match run(w, dialect, req).await {
+    let mut rec = Record::start(dialect, req.headers());
+    let resp = match run(w, dialect, req, &mut rec).await {
         Ok(r) => r,
-        Err(e) => e.response(dialect),
-    }
+        Err(e) => {
+            rec.set_error(&e);
+            e.response(dialect)
+        }
+    };
+    rec.respond(resp)
 }
 
 async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
@@ -40,16 +46,29 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
     }
 }
 
-async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwResponse, GwError> {
+async fn run(
+    w: &Worker,
+    dialect: Dialect,
+    req: Request<Incoming>,
+    rec: &mut Record,
+) -> Result<GwResponse, GwError> {
     let snap = w.snapshot();
+    let caller = snap.keys.authenticate(req.headers())?;
+    rec.set_caller(&caller);
     let body = read_body(req.into_body(), snap.max_body_bytes).await?;
     let head = json::parse_head(&body)?;
-    let route = snap
-        .routes
-        .get(head.model.as_ref())
-        .ok_or_else(|| GwError::unknown_model(&head.model))?
-        .clone();
+    let Some(route) = snap.routes.get(head.model.as_ref()).cloned() else {
+        rec.set_unknown_model(&head.model);
+        return Err(GwError::unknown_model(&head.model));
+    };
     let stream = head.stream;
+    rec.set_route(&snap.metric_models, &route, stream);
+    caller.authorize(&route.alias)?;
+    let admission = snap
+        .limits
+        .admit(caller.id.as_deref(), &route.alias, body.len() as u64 / 4)
+        .map_err(|r| rec.rate_limited(r))?;
+    rec.set_admission(admission);
     let up_dialect = provider::upstream_dialect(dialect, route.provider.kind);
     let native = up_dialect == dialect;
 
@@ -70,6 +89,7 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
     let up_req = provider::request(&route.provider, up_dialect, up_body);
 
     let deadline = Instant::now() + snap.upstream_timeout;
+    rec.upstream_start();
     let resp = match timeout_at(deadline, w.client.request(up_req)).await {
         Err(_) => return Err(GwError::timeout()),
         Ok(Err(e)) => return Err(GwError::unreachable(error_chain(&e))),
@@ -82,6 +102,7 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
             None => Box::new(NativeStream::new(dialect, route.alias_json.clone())),
             Some(t) => t.stream(),
         };
+        let transform = rec.track_stream(transform);
         return Ok(sse_response(SseBody::new(
             resp.into_body(),
             transform,
@@ -95,10 +116,12 @@ async fn run(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> Result<GwR
         Ok(Err(e)) => return Err(GwError::bad_upstream(format!("reading body: {e}"))),
         Ok(Ok(c)) => c.to_bytes(),
     };
+    rec.upstream_end();
 
     if !status.is_success() {
         return upstream_error(status, &bytes, native);
     }
+    rec.usage_from_body(&bytes);
     match tr {
         #[cfg(feature = "bench-dom-native")]
         None => Ok(json_response_parts(

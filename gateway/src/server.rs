@@ -76,6 +76,13 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
         listeners.push(bind(addr)?);
     }
 
+    crate::access_log::init(&listen.access_log)?;
+    if let Some(m) = &listen.metrics {
+        let a = crate::metrics::serve(m.listen)?;
+        eprintln!("metrics listening on {a}");
+    }
+    crate::alloc::spawn_housekeeping();
+
     let (stop_tx, stop_rx) = watch::channel(false);
     let (cfg_tx, cfg_rx) = watch::channel(Arc::new(config.snapshot));
     let mut handles = Vec::with_capacity(listeners.len());
@@ -101,6 +108,7 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
             Err(_) => failed = Some(anyhow::anyhow!("a worker panicked")),
         }
     }
+    crate::access_log::flush();
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
