@@ -131,18 +131,35 @@ pub fn run(args: HoldoutArgs) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn shape_file(dir: &Path, name: &str, holdout: bool) {
+        let shape = serde_json::json!({
+            "name": name, "endpoint": "/v1/chat/completions", "stream": false,
+            "payload": format!("payloads/{name}.json"), "model": "gpt-4o-mini",
+            "upstream": "openai", "requests": 10, "concurrency": 1,
+            "posture": "default", "holdout": holdout
+        });
+        std::fs::write(dir.join(format!("{name}.json")), shape.to_string()).unwrap();
+        let payload = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}"#;
+        std::fs::write(dir.join(format!("payloads/{name}.json")), payload).unwrap();
+    }
+
     #[test]
-    fn finds_the_repository_holdout() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shapes");
-        let p = find_holdout(&dir).unwrap();
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-        assert_eq!(v["holdout"], true);
-        // A directory without shapes is refused.
-        let empty = std::env::temp_dir().join(format!("holdout-empty-{}", std::process::id()));
-        std::fs::create_dir_all(&empty).unwrap();
-        assert!(find_holdout(&empty).is_err());
-        let _ = std::fs::remove_dir_all(&empty);
+    fn finds_the_one_holdout() {
+        // Self-contained (the repository's shapes/ is not in every build's source).
+        let dir = std::env::temp_dir().join(format!("holdout-shapes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("payloads")).unwrap();
+        shape_file(&dir, "train-a", false);
+        shape_file(&dir, "held-out", true);
+        assert_eq!(find_holdout(&dir).unwrap(), dir.join("held-out.json"));
+        // A second holdout is refused.
+        shape_file(&dir, "train-b", true);
+        assert!(find_holdout(&dir).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+        // So is a directory without shapes.
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(find_holdout(&dir).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
