@@ -7,6 +7,7 @@
 //! request, a gateway that does not exit 0, or a port held by someone else makes the batch
 //! invalid. See docs/bench.md.
 
+mod cleanup;
 mod driver;
 mod pin;
 mod procfs;
@@ -290,6 +291,11 @@ pub fn run_batch(
         None => std::env::current_exe().context("locating this trainer for `mock`")?,
     };
 
+    // A Ctrl-C must not leave the children (in their own sessions) running; what an earlier,
+    // killed bench left in the temp dir goes.
+    cleanup::install();
+    rig::sweep_stale_scratch();
+
     // Pinning: this process (and so the load thread and the mock) on the rig CPU, each gateway
     // on the gateway CPU.
     let (gw_cpu, rig_cpu) = if k.no_pin {
@@ -318,7 +324,11 @@ pub fn run_batch(
             libc::setpriority(libc::PRIO_PROCESS, 0, n);
         }
         let got = procfs::nice_of_thread();
+        let before = pin::autogroup_nice(None);
         let (guard, group_ok) = pin::AutogroupGuard::raise(n);
+        if group_ok {
+            cleanup::restore_nice_on_signal(before);
+        }
         _autogroup = Some(guard);
         if got != Some(n as i64) || (!group_ok && pin::autogroup_nice(None).is_some()) {
             nice_flags.push(format!(

@@ -29,6 +29,26 @@ impl Scratch {
     }
 }
 
+/// Remove scratch directories left by benches that were killed (`trainer-bench-PID-*` whose
+/// PID no longer runs).
+pub fn sweep_stale_scratch() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("trainer-bench-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -72,9 +92,21 @@ pub struct Proc {
     pub child: Option<Child>,
     pub log: PathBuf,
     pub what: String,
+    /// Its slot in the interrupt cleanup's list of process groups.
+    slot: Option<usize>,
 }
 
 impl Proc {
+    pub fn new(child: Child, log: PathBuf, what: String) -> Proc {
+        let slot = super::cleanup::track(child.id());
+        Proc {
+            child: Some(child),
+            log,
+            what,
+            slot,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
@@ -101,6 +133,7 @@ impl Proc {
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Some(st) = child.try_wait()? {
+                super::cleanup::untrack(self.slot.take());
                 return Ok(st);
             }
             if Instant::now() > deadline {
@@ -126,6 +159,7 @@ impl Drop for Proc {
             let _ = c.kill();
             let _ = c.wait();
         }
+        super::cleanup::untrack(self.slot.take());
     }
 }
 
@@ -164,11 +198,7 @@ pub fn start_mock(
     if let Some(n) = nice {
         super::pin::set_autogroup_nice(Some(child.id()), n);
     }
-    let mut proc = Proc {
-        child: Some(child),
-        log,
-        what: "mock".into(),
-    };
+    let mut proc = Proc::new(child, log, "mock".into());
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(text) = std::fs::read_to_string(&addr_file) {
@@ -259,11 +289,7 @@ pub fn start_gateway(
     if let Some(n) = nice {
         super::pin::set_autogroup_nice(Some(child.id()), n);
     }
-    let mut proc = Proc {
-        child: Some(child),
-        log,
-        what: format!("gateway {}", bin.display()),
-    };
+    let mut proc = Proc::new(child, log, format!("gateway {}", bin.display()));
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Some(st) = proc.exited() {
@@ -322,11 +348,7 @@ mod tests {
         assert_eq!(check_port_owner(port, std::process::id()).unwrap(), 1);
         // Held by this test process, so not by a child the bench would have started.
         let child = Command::new("sleep").arg("5").spawn().unwrap();
-        let mut p = Proc {
-            child: Some(child),
-            log: PathBuf::from("/nonexistent"),
-            what: "sleep".into(),
-        };
+        let mut p = Proc::new(child, PathBuf::from("/nonexistent"), "sleep".into());
         let err = check_port_owner(port, p.pid()).unwrap_err().to_string();
         assert!(err.contains("not owned"), "{err}");
         drop(l);
