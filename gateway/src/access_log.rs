@@ -256,24 +256,135 @@ impl Usage {
 /// The last `"usage":{...}` object in a body or an event, in any of the three dialects
 /// (`prompt_tokens`/`completion_tokens` or `input_tokens`/`output_tokens`), without parsing the
 /// rest of the document. Inside a JSON string a quote is escaped, so an unescaped `"usage":`
-/// is always a key; the last one is the top-level usage in every dialect's responses.
+/// is always a key; the last one is the top-level usage in every dialect's responses. Only the
+/// members of that one object are read (nested objects such as `prompt_tokens_details` are
+/// skipped); anything malformed gives `None`.
 pub fn scan_usage(body: &[u8]) -> Option<Usage> {
-    #[derive(Deserialize)]
-    struct U {
-        prompt_tokens: Option<u64>,
-        completion_tokens: Option<u64>,
-        input_tokens: Option<u64>,
-        output_tokens: Option<u64>,
-    }
     let key = b"\"usage\":";
     let pos = memchr::memmem::rfind(body, key)?;
-    let rest = &body[pos + key.len()..];
-    let mut it = serde_json::Deserializer::from_slice(rest).into_iter::<Option<U>>();
-    let u = it.next()?.ok()??;
-    Some(Usage {
-        input: u.input_tokens.or(u.prompt_tokens),
-        output: u.output_tokens.or(u.completion_tokens),
-    })
+    let mut p = Scan {
+        b: body,
+        i: pos + key.len(),
+    };
+    p.ws();
+    if p.peek()? != b'{' {
+        return None;
+    }
+    p.i += 1;
+    let mut u = Usage::default();
+    let mut prompt = None;
+    let mut completion = None;
+    loop {
+        p.ws();
+        match p.peek()? {
+            b'}' => break,
+            b',' => {
+                p.i += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let name = p.string()?;
+        p.ws();
+        if p.peek()? != b':' {
+            return None;
+        }
+        p.i += 1;
+        p.ws();
+        let slot = match name {
+            b"input_tokens" => Some(&mut u.input),
+            b"output_tokens" => Some(&mut u.output),
+            b"prompt_tokens" => Some(&mut prompt),
+            b"completion_tokens" => Some(&mut completion),
+            _ => None,
+        };
+        match slot {
+            Some(slot) if p.peek()?.is_ascii_digit() => *slot = Some(p.number()?),
+            _ => p.skip_value(0)?,
+        }
+    }
+    u.input = u.input.or(prompt);
+    u.output = u.output.or(completion);
+    Some(u)
+}
+
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+    /// A string's raw bytes (escapes not decoded); the cursor is on its opening quote.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let start = self.i + 1;
+        let mut j = start;
+        loop {
+            match *self.b.get(j)? {
+                b'"' => break,
+                b'\\' => j += 2,
+                _ => j += 1,
+            }
+        }
+        self.i = j + 1;
+        let b: &'a [u8] = self.b;
+        b.get(start..j)
+    }
+    fn number(&mut self) -> Option<u64> {
+        let mut n: u64 = 0;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.i += 1;
+        }
+        // A fraction or exponent is not a token count.
+        match self.peek()? {
+            b'.' | b'e' | b'E' => None,
+            _ => Some(n),
+        }
+    }
+    /// Skips one value of any kind (nesting bounded).
+    fn skip_value(&mut self, depth: u32) -> Option<()> {
+        if depth > 64 {
+            return None;
+        }
+        self.ws();
+        match self.peek()? {
+            b'"' => self.string().map(|_| ()),
+            open @ (b'{' | b'[') => {
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.i += 1;
+                loop {
+                    self.ws();
+                    match self.peek()? {
+                        c if c == close => {
+                            self.i += 1;
+                            return Some(());
+                        }
+                        b',' | b':' => self.i += 1,
+                        _ => self.skip_value(depth + 1)?,
+                    }
+                }
+            }
+            _ => {
+                let start = self.i;
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                (self.i > start).then_some(())
+            }
+        }
+    }
 }
 
 // --- the record ---
@@ -575,8 +686,38 @@ fn finish(mut i: Box<Inner>) {
     });
 }
 
-fn ms(d: Duration) -> f64 {
-    (d.as_micros() as f64) / 1000.0
+/// Decimal digits of `n` (no `fmt` machinery: this runs once per field per request).
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// `n` as exactly `width` digits (zero-padded; `n` must fit).
+fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
+    let mut buf = [b'0'; 20];
+    let mut n = n;
+    for i in (20 - width..20).rev() {
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    out.extend_from_slice(&buf[20 - width..]);
+}
+
+/// Milliseconds with microsecond precision: `12.345`.
+fn push_ms(out: &mut Vec<u8>, d: Duration) {
+    let us = d.as_micros() as u64;
+    push_u64(out, us / 1000);
+    out.push(b'.');
+    push_padded(out, us % 1000, 3);
 }
 
 fn json_str(out: &mut Vec<u8>, s: &str) {
@@ -616,31 +757,36 @@ fn write_line(
         Some(r) => json_str(out, &r.upstream_model),
         None => out.extend_from_slice(b"null"),
     }
-    let _ = write!(
-        out,
-        ",\"status\":{},\"stream\":{},\"latency_ms\":{:.3}",
-        i.status,
-        i.stream,
-        ms(duration)
-    );
+    out.extend_from_slice(b",\"status\":");
+    push_u64(out, u64::from(i.status));
+    out.extend_from_slice(if i.stream {
+        b",\"stream\":true,\"latency_ms\":".as_slice()
+    } else {
+        b",\"stream\":false,\"latency_ms\":"
+    });
+    push_ms(out, duration);
     match upstream {
         Some(u) => {
-            let _ = write!(out, ",\"upstream_latency_ms\":{:.3}", ms(u));
+            out.extend_from_slice(b",\"upstream_latency_ms\":");
+            push_ms(out, u);
         }
         None => out.extend_from_slice(b",\"upstream_latency_ms\":null"),
     }
     if let Some(t) = first_token {
-        let _ = write!(out, ",\"ttft_ms\":{:.3}", ms(t));
+        out.extend_from_slice(b",\"ttft_ms\":");
+        push_ms(out, t);
     }
     match i.usage.input {
         Some(n) => {
-            let _ = write!(out, ",\"tokens_in\":{n}");
+            out.extend_from_slice(b",\"tokens_in\":");
+            push_u64(out, n);
         }
         None => out.extend_from_slice(b",\"tokens_in\":null"),
     }
     match i.usage.output {
         Some(n) => {
-            let _ = write!(out, ",\"tokens_out\":{n}");
+            out.extend_from_slice(b",\"tokens_out\":");
+            push_u64(out, n);
         }
         None => out.extend_from_slice(b",\"tokens_out\":null"),
     }
@@ -650,12 +796,11 @@ fn write_line(
         None => out.extend_from_slice(b"null"),
     }
     if let Some(r) = &i.rejected {
-        let _ = write!(
-            out,
-            ",\"rate_limited\":\"{}:{}\"",
-            r.scope.as_str(),
-            r.kind.as_str()
-        );
+        out.extend_from_slice(b",\"rate_limited\":\"");
+        out.extend_from_slice(r.scope.as_str().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(r.kind.as_str().as_bytes());
+        out.push(b'"');
     }
     if let Some(e) = &i.error {
         out.extend_from_slice(b",\"error\":");
@@ -668,12 +813,31 @@ fn write_line(
     out.extend_from_slice(b"}\n");
 }
 
-/// `2026-11-29T23:59:59.123Z`.
+/// `2026-11-29T23:59:59.123Z`. The part up to the seconds is cached per thread and only
+/// rebuilt when the second changes.
 fn write_rfc3339(out: &mut Vec<u8>, t: SystemTime) {
+    thread_local! {
+        static CACHE: Cell<(u64, [u8; 19])> = const { Cell::new((u64::MAX, [0; 19])) };
+    }
     let d = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
     let secs = d.as_secs();
+    let (cached, mut prefix) = CACHE.get();
+    if cached != secs {
+        let mut v = Vec::with_capacity(19);
+        civil_prefix(&mut v, secs);
+        prefix.copy_from_slice(&v[..19]);
+        CACHE.set((secs, prefix));
+    }
+    out.extend_from_slice(&prefix);
+    out.push(b'.');
+    push_padded(out, u64::from(d.subsec_millis()), 3);
+    out.push(b'Z');
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` for seconds since the epoch (years 0..=9999).
+fn civil_prefix(out: &mut Vec<u8>, secs: u64) {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -687,14 +851,17 @@ fn write_rfc3339(out: &mut Vec<u8>, t: SystemTime) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = if month <= 2 { y + 1 } else { y };
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_millis()
-    );
+    push_padded(out, year.clamp(0, 9999) as u64, 4);
+    out.push(b'-');
+    push_padded(out, month as u64, 2);
+    out.push(b'-');
+    push_padded(out, day as u64, 2);
+    out.push(b'T');
+    push_padded(out, rem / 3600, 2);
+    out.push(b':');
+    push_padded(out, rem / 60 % 60, 2);
+    out.push(b':');
+    push_padded(out, rem % 60, 2);
 }
 
 #[cfg(test)]
@@ -732,6 +899,19 @@ mod tests {
         assert_eq!(scan_usage(br#"{"usage":null}"#), None);
         assert_eq!(scan_usage(br#"{"usage":{"input_tokens":"#), None);
         assert_eq!(scan_usage(b"garbage"), None);
+        let nested = br#"{"usage":{"prompt_tokens":19,"prompt_tokens_details":{"cached_tokens":0,"x":[1,{"a":"}"}]},"completion_tokens":10,"total_tokens":29}}"#;
+        assert_eq!(
+            scan_usage(nested),
+            Some(Usage {
+                input: Some(19),
+                output: Some(10)
+            })
+        );
+        assert_eq!(scan_usage(br#"{"usage":{"input_tokens":1.5}}"#), None);
+        assert_eq!(
+            scan_usage(br#"{"usage":{"input_tokens":99999999999999999999999}}"#),
+            None
+        );
     }
 
     #[test]
@@ -748,6 +928,22 @@ mod tests {
             HeaderValue::from_static("bad id with spaces"),
         );
         assert_eq!(request_id(&h).len(), 24);
+    }
+
+    #[test]
+    fn numbers() {
+        let mut o = Vec::new();
+        push_u64(&mut o, 0);
+        o.push(b' ');
+        push_u64(&mut o, u64::MAX);
+        o.push(b' ');
+        push_ms(&mut o, Duration::from_micros(12_045));
+        o.push(b' ');
+        push_ms(&mut o, Duration::from_micros(7));
+        assert_eq!(
+            String::from_utf8(o).unwrap(),
+            "0 18446744073709551615 12.045 0.007"
+        );
     }
 
     #[test]
