@@ -388,9 +388,9 @@ fn start_gateway(
         }
         if addr.is_none() {
             let text = std::fs::read_to_string(log).unwrap_or_default();
+            // Only the line that starts with it: `metrics listening on ADDR` is another listener.
             addr = text.lines().find_map(|l| {
-                l.split("listening on ")
-                    .nth(1)
+                l.strip_prefix("listening on ")
                     .and_then(|a| a.split_whitespace().next())
                     .and_then(|a| a.parse().ok())
             });
