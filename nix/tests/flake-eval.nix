@@ -90,6 +90,8 @@ let
     toUpper = replaceStrings lowers uppers;
     getBin = x: x;
     mkDefault = x: x;
+    cleanSourceWith = { src, name ? "source", filter ? (_: _: true) }:
+      "/nix/store/00000000000000000000000000000000-${name}";
   };
 
   fakePkgs =
@@ -206,6 +208,7 @@ let
     {
       overrideToolchain = mkCraneLib pkgs;
       cleanCargoSource = src: "/nix/store/00000000000000000000000000000000-cleaned-${baseNameOf (toString src)}";
+      filterCargoSources = path: type: true;
       buildDepsOnly = builder "crane-deps" "-deps";
       buildPackage =
         args:

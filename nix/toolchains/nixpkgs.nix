@@ -63,6 +63,16 @@ let
 
   cargoSrc = craneLib.cleanCargoSource src;
 
+  # The checks run the trainer's tests too, which read the repository's shape files.
+  checkSrc = pkgs.lib.cleanSourceWith {
+    inherit src;
+    name = "gateway-workspace-checks-source";
+    filter =
+      path: type:
+      craneLib.filterCargoSources path type
+      || builtins.match ".*/shapes(/.*)?" (toString path) != null;
+  };
+
   llvmPackages = pkgs."llvmPackages_${llvmMajor}";
   bolt = llvmPackages.bolt;
 
@@ -233,7 +243,7 @@ in
     checkArgs = {
       pname = "gateway-workspace";
       inherit version;
-      src = cargoSrc;
+      src = checkSrc;
       strictDeps = true;
       CARGO_PROFILE = "dev";
       env = linkerEnv // {
