@@ -1,0 +1,26 @@
+# The holdout gate (what `nix flake check` runs): the trainer benches the plain build against the
+# PGO+BOLT one on the one shape training never saw, and fails when the optimized binary is slower
+# beyond the noise band its anchor legs measure. Timing needs a quiet machine, so only builders
+# that declare the `benchmark` system feature take it.
+{
+  toolchain,
+  # The plain build (baseline) and the released artifact.
+  plain,
+  optimized,
+  trainer,
+  shapes,
+}:
+toolchain.runStage {
+  name = "gateway-holdout";
+  env.requiredSystemFeatures = [ "benchmark" ];
+  script = ''
+    mkdir -p "$out"
+    ${trainer}/bin/trainer holdout \
+      --plain ${plain}/bin/gateway \
+      --optimized ${optimized}/bin/gateway \
+      --shapes ${shapes} \
+      --json "$out/holdout.json" \
+      | tee "$out/holdout.txt" \
+      || fail "the optimized gateway is slower than the plain one on the holdout shape, or the bench batch was invalid (see above)"
+  '';
+}
