@@ -43,6 +43,12 @@ impl Gw {
         }
     }
 
+    pub fn signal_hup(&self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGHUP);
+        }
+    }
+
     /// All stderr lines received so far (after startup).
     pub fn drain_stderr(&self) -> Vec<String> {
         self.stderr.try_iter().collect()
