@@ -220,3 +220,46 @@ fn access_log_to_stderr_by_default_and_off() {
     assert!(!gw.drain_stderr().iter().any(|l| l.contains("off-1")));
     assert_eq!(gw.terminate(), Some(0));
 }
+
+#[test]
+fn stream_cut_by_the_client_is_logged_when_it_ends() {
+    use std::io::{Read, Write};
+    let mock = common::start_mock();
+    let dir = common::tmpdir("obs-cut");
+    let log = dir.join("access.jsonl");
+    let cfg = ps::config(
+        mock.addr,
+        json!({"metrics": {"listen": "127.0.0.1:0"}, "access_log": {"path": log}}),
+    );
+    let gw = ps::start(&cfg, &[]);
+    let body = serde_json::to_vec(&ps::messages("claude", "[[mock:frames:50000]]", true)).unwrap();
+    let mut s = std::net::TcpStream::connect(gw.addr).unwrap();
+    write!(
+        s,
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-request-id: cut-1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    let mut first = [0u8; 256];
+    let n = s.read(&mut first).unwrap();
+    assert!(n > 0);
+    drop(s);
+    let lines = ps::log_lines(&log, 1);
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let l = &lines[0];
+    assert_eq!(l["request_id"], "cut-1");
+    assert_eq!(l["status"], 200);
+    assert_eq!(l["stream"], true);
+    assert_eq!(l["stream_error"], "client disconnected", "{l}");
+    assert!(
+        l["tokens_in"].as_u64().unwrap() > 0,
+        "input usage from message_start: {l}"
+    );
+    let m = gw.scrape();
+    assert_eq!(
+        ps::metric(&m, "gateway_requests_in_flight{route=\"/v1/messages\"}"),
+        Some(0.0)
+    );
+    assert_eq!(gw.terminate(), Some(0));
+}
