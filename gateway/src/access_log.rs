@@ -416,6 +416,8 @@ struct Inner {
 /// One proxied request. See the module docs for the call sequence.
 pub struct Record {
     request_id: HeaderValue,
+    /// `x-ratelimit-*` of the admitting policy, for the response (empty without rate policies).
+    ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
     inner: Option<Box<Inner>>,
 }
 
@@ -426,6 +428,7 @@ impl Record {
         metrics::inflight_add(route, 1);
         Record {
             request_id: request_id.clone(),
+            ratelimit_headers: Vec::new(),
             inner: Some(Box::new(Inner {
                 t0: Instant::now(),
                 start_wall: SystemTime::now(),
@@ -485,6 +488,7 @@ impl Record {
     /// The rate limiter's admission: settled with the real usage and released when the record
     /// finishes (a stream: when it ends).
     pub fn set_admission(&mut self, a: Admission) {
+        self.ratelimit_headers = a.headers();
         self.with(|i| i.admission = Some(a));
     }
 
@@ -547,6 +551,9 @@ impl Record {
     pub fn respond(mut self, mut resp: GwResponse) -> GwResponse {
         let h = resp.headers_mut();
         h.insert(X_REQUEST_ID.clone(), self.request_id.clone());
+        for (n, v) in self.ratelimit_headers.drain(..) {
+            h.insert(n, v);
+        }
         if let Some(i) = self.inner.as_deref_mut() {
             if let Some(r) = &i.rejected {
                 r.apply_headers(h);

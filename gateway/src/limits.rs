@@ -490,6 +490,17 @@ impl Admission {
             }
         }
     }
+
+    /// `x-ratelimit-*` headers of the first applied policy with a rate (the key's before the
+    /// model's), as they stand after this admission, for a successful response. Empty when no
+    /// rate policy applied.
+    pub fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        self.held
+            .iter()
+            .find(|s| s.requests.is_some() || s.tokens.is_some())
+            .map(|st| policy_headers(st, now_ns()))
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for Admission {
@@ -723,6 +734,9 @@ mod tests {
         );
         let t0 = 100 * S;
         let _a = l.admit_at(t0, Some("a"), "m", 10).unwrap();
+        let h: HeaderMap = _a.headers().into_iter().collect();
+        assert_eq!(h["x-ratelimit-limit-requests"], "2");
+        assert_eq!(h["x-ratelimit-limit-tokens"], "1000");
         let _b = l.admit_at(t0, Some("a"), "m", 10).unwrap();
         let r = l.admit_at(t0, Some("a"), "m", 10).unwrap_err();
         let mut h = HeaderMap::new();

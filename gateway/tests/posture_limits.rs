@@ -35,6 +35,13 @@ fn requests_per_minute_per_key() {
             &ps::chat("gpt", "hi"),
         );
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
+        // Successful answers carry the policy's state too.
+        assert_eq!(r.header("x-ratelimit-limit-requests"), Some("3"));
+        let left = (2 - i).to_string();
+        assert_eq!(
+            r.header("x-ratelimit-remaining-requests"),
+            Some(left.as_str())
+        );
     }
     let r = ps::post_with(
         gw.addr,
