@@ -595,12 +595,28 @@ struct Tracked {
 impl StreamTransform for Tracked {
     fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
         if let Some(r) = self.rec.as_deref_mut() {
-            if r.first_token.is_none()
-                && (self.delta.find(&ev.event).is_some() || self.delta.find(&ev.data).is_some())
-            {
-                r.first_token = Some(Instant::now());
+            // Named events (Anthropic Messages, OpenAI Responses upstreams) say by their name
+            // whether they are content or carry usage, which spares a search of every frame;
+            // chat completions frames have no name and are searched.
+            let named = !ev.event.is_empty();
+            if r.first_token.is_none() {
+                let hay = if named { &ev.event } else { &ev.data };
+                if self.delta.find(hay).is_some() {
+                    r.first_token = Some(Instant::now());
+                }
             }
-            if self.usage_key.find(&ev.data).is_some() {
+            let usage = if named {
+                matches!(
+                    &ev.event[..],
+                    b"message_start"
+                        | b"message_delta"
+                        | b"response.completed"
+                        | b"response.incomplete"
+                )
+            } else {
+                self.usage_key.find(&ev.data).is_some()
+            };
+            if usage {
                 if let Some(u) = scan_usage(&ev.data) {
                     r.usage.merge(u);
                 }
