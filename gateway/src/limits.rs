@@ -128,7 +128,8 @@ struct Gcra {
     tat: AtomicU64,
     /// Nanoseconds per unit (request or token).
     interval: u64,
-    limit: u64,
+    /// The configured per-minute limit as a header value, built once.
+    limit_value: HeaderValue,
 }
 
 impl Gcra {
@@ -136,7 +137,7 @@ impl Gcra {
         Gcra {
             tat: AtomicU64::new(0),
             interval: (WINDOW_NS / per_minute).max(1),
-            limit: per_minute,
+            limit_value: HeaderValue::from(per_minute),
         }
     }
 
@@ -216,6 +217,7 @@ pub struct PolicyState {
     requests: Option<Gcra>,
     tokens: Option<Gcra>,
     inflight: AtomicU32,
+    concurrency_value: Option<HeaderValue>,
 }
 
 impl PolicyState {
@@ -227,6 +229,7 @@ impl PolicyState {
             requests: policy.requests_per_minute.map(Gcra::new),
             tokens: policy.tokens_per_minute.map(Gcra::new),
             inflight: AtomicU32::new(0),
+            concurrency_value: policy.max_concurrent.map(HeaderValue::from),
         }
     }
 
@@ -513,52 +516,94 @@ impl Drop for Admission {
 
 /// OpenAI-style duration: `250ms`, `12s`, `1m30s`.
 fn fmt_duration(d: Duration) -> String {
-    let ms = d.as_millis() as u64;
-    if ms < 1000 {
-        return format!("{ms}ms");
-    }
-    let s = ms.div_ceil(1000);
-    if s < 60 {
-        format!("{s}s")
-    } else {
-        format!("{}m{}s", s / 60, s % 60)
-    }
+    let mut b = [0u8; 48];
+    let n = write_duration(&mut b, d);
+    String::from_utf8_lossy(&b[..n]).into_owned()
 }
 
-fn hv(s: String) -> HeaderValue {
-    HeaderValue::from_str(&s).expect("digits and letters")
+/// [`fmt_duration`] into a stack buffer (no `fmt`, no allocation); returns the length.
+fn write_duration(buf: &mut [u8; 48], d: Duration) -> usize {
+    fn num(buf: &mut [u8; 48], at: usize, mut n: u64) -> usize {
+        let mut tmp = [0u8; 20];
+        let mut i = tmp.len();
+        loop {
+            i -= 1;
+            tmp[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let len = tmp.len() - i;
+        buf[at..at + len].copy_from_slice(&tmp[i..]);
+        at + len
+    }
+    let ms = d.as_millis() as u64;
+    if ms < 1000 {
+        let at = num(buf, 0, ms);
+        buf[at..at + 2].copy_from_slice(b"ms");
+        return at + 2;
+    }
+    let s = ms.div_ceil(1000);
+    let mut at = 0;
+    if s >= 60 {
+        at = num(buf, at, s / 60);
+        buf[at] = b'm';
+        at += 1;
+    }
+    at = num(buf, at, if s >= 60 { s % 60 } else { s });
+    buf[at] = b's';
+    at + 1
+}
+
+fn duration_value(d: Duration) -> HeaderValue {
+    let mut b = [0u8; 48];
+    let n = write_duration(&mut b, d);
+    HeaderValue::from_bytes(&b[..n]).expect("digits and letters")
+}
+
+fn names(kind: Kind) -> [HeaderName; 3] {
+    match kind {
+        Kind::Requests => [
+            HeaderName::from_static("x-ratelimit-limit-requests"),
+            HeaderName::from_static("x-ratelimit-remaining-requests"),
+            HeaderName::from_static("x-ratelimit-reset-requests"),
+        ],
+        Kind::Tokens => [
+            HeaderName::from_static("x-ratelimit-limit-tokens"),
+            HeaderName::from_static("x-ratelimit-remaining-tokens"),
+            HeaderName::from_static("x-ratelimit-reset-tokens"),
+        ],
+        Kind::Concurrency => [
+            HeaderName::from_static("x-ratelimit-limit-concurrency"),
+            HeaderName::from_static("x-ratelimit-remaining-concurrency"),
+            HeaderName::from_static("x-ratelimit-reset-concurrency"),
+        ],
+    }
 }
 
 fn policy_headers(st: &PolicyState, now: u64) -> Vec<(HeaderName, HeaderValue)> {
     let mut out = Vec::with_capacity(9);
-    let mut push = |kind: &str, limit: u64, remaining: u64, reset: Duration| {
-        out.push((
-            HeaderName::from_bytes(format!("x-ratelimit-limit-{kind}").as_bytes()).unwrap(),
-            HeaderValue::from(limit),
-        ));
-        out.push((
-            HeaderName::from_bytes(format!("x-ratelimit-remaining-{kind}").as_bytes()).unwrap(),
-            HeaderValue::from(remaining),
-        ));
-        out.push((
-            HeaderName::from_bytes(format!("x-ratelimit-reset-{kind}").as_bytes()).unwrap(),
-            hv(fmt_duration(reset)),
-        ));
+    let mut push = |kind: Kind, limit: &HeaderValue, remaining: u64, reset: Duration| {
+        let [l, r, z] = names(kind);
+        out.push((l, limit.clone()));
+        out.push((r, HeaderValue::from(remaining)));
+        out.push((z, duration_value(reset)));
     };
     if let Some(r) = &st.requests {
-        push("requests", r.limit, r.remaining(now), r.reset(now));
+        push(
+            Kind::Requests,
+            &r.limit_value,
+            r.remaining(now),
+            r.reset(now),
+        );
     }
     if let Some(t) = &st.tokens {
-        push("tokens", t.limit, t.remaining(now), t.reset(now));
+        push(Kind::Tokens, &t.limit_value, t.remaining(now), t.reset(now));
     }
-    if let Some(max) = st.policy.max_concurrent {
+    if let (Some(max), Some(v)) = (st.policy.max_concurrent, &st.concurrency_value) {
         let cur = st.inflight.load(Ordering::Relaxed).min(max);
-        push(
-            "concurrency",
-            u64::from(max),
-            u64::from(max - cur),
-            Duration::ZERO,
-        );
+        push(Kind::Concurrency, v, u64::from(max - cur), Duration::ZERO);
     }
     out
 }
