@@ -3,8 +3,7 @@
 
 use super::procfs;
 use anyhow::{bail, Context, Result};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -229,29 +228,6 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn livez(addr: SocketAddr) -> bool {
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    if s.write_all(
-        format!("GET /livez HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .is_err()
-    {
-        return false;
-    }
-    let mut buf = [0u8; 64];
-    let mut n = 0;
-    while n < 12 {
-        match s.read(&mut buf[n..]) {
-            Ok(0) | Err(_) => break,
-            Ok(k) => n += k,
-        }
-    }
-    buf[..n].starts_with(b"HTTP/1.1 200") || buf[..n].starts_with(b"HTTP/1.0 200")
-}
-
 /// Start a gateway for one leg, pinned, and wait for `/livez`. Refuses to start when something
 /// already listens on the port.
 pub fn start_gateway(
@@ -300,7 +276,7 @@ pub fn start_gateway(
                 proc.log_tail()
             );
         }
-        if livez(listen) {
+        if crate::train::livez(listen) {
             return Ok(proc);
         }
         if Instant::now() > deadline {
