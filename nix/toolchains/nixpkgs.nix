@@ -95,12 +95,7 @@ let
     boltRuntimeLib = "${bolt}/lib/libbolt_rt_instr.a";
   };
 
-  # Shared prologue of every stage: strict bash and a `fail` that names the stage.
-  prologue = name: ''
-    set -euo pipefail
-    stage=${name}
-    fail() { echo "error: stage $stage: $*" >&2; exit 1; }
-  '';
+  prologue = import ./stage-prologue.nix;
 
   runStage =
     {

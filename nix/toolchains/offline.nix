@@ -27,12 +27,7 @@ let
   # every stage; lld honours `--emit-relocs`, which the PGO stage checks.
   hostPath = "/usr/bin:/bin";
 
-  # Shared prologue of every stage: strict bash and a `fail` that names the stage.
-  prologue = name: ''
-    set -euo pipefail
-    stage=${name}
-    fail() { echo "error: stage $stage: $*" >&2; exit 1; }
-  '';
+  prologue = import ./stage-prologue.nix;
 
   runStage =
     { name, script, env ? { } }:
