@@ -78,6 +78,10 @@ pub struct LimitsConfig {
     pub keys: BTreeMap<String, Policy>,
     #[serde(default)]
     pub models: BTreeMap<String, Policy>,
+    /// Also send `x-ratelimit-*` on admitted requests (a 429 always carries them). Off by
+    /// default: nine more headers cost about as much as the rest of the posture together.
+    #[serde(default)]
+    pub headers_on_success: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,6 +248,7 @@ impl PolicyState {
 pub struct Limits {
     keys: HashMap<String, Arc<PolicyState>>,
     models: HashMap<String, Arc<PolicyState>>,
+    headers_on_success: bool,
 }
 
 /// A request that passed every policy. Holds the concurrency slots until dropped.
@@ -252,6 +257,7 @@ pub struct Admission {
     held: Vec<Arc<PolicyState>>,
     reserved_tokens: u64,
     settled: bool,
+    headers: bool,
 }
 
 /// Why a request was refused, with what the 429 must say.
@@ -319,7 +325,10 @@ impl Limits {
             }
             ok
         };
-        let mut out = Limits::default();
+        let mut out = Limits {
+            headers_on_success: cfg.headers_on_success,
+            ..Limits::default()
+        };
         if let Some(d) = &cfg.default_key {
             if check("$.limits.default_key".into(), d, errors) {
                 for id in key_ids {
@@ -395,6 +404,7 @@ impl Limits {
             held: Vec::new(),
             reserved_tokens: estimated_tokens,
             settled: false,
+            headers: self.headers_on_success,
         };
         if self.is_empty() {
             return Ok(adm);
@@ -496,8 +506,11 @@ impl Admission {
 
     /// `x-ratelimit-*` headers of the first applied policy with a rate (the key's before the
     /// model's), as they stand after this admission, for a successful response. Empty when no
-    /// rate policy applied.
+    /// rate policy applied or `headers_on_success` is off.
     pub fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
+        if !self.headers {
+            return Vec::new();
+        }
         self.held
             .iter()
             .find(|s| s.requests.is_some() || s.tokens.is_some())
@@ -773,7 +786,7 @@ mod tests {
     #[test]
     fn rejection_headers() {
         let (l, _) = limits(
-            r#"{"keys":{"a":{"requests_per_minute":2,"tokens_per_minute":1000}}}"#,
+            r#"{"keys":{"a":{"requests_per_minute":2,"tokens_per_minute":1000}},"headers_on_success":true}"#,
             &["a"],
             &[],
         );

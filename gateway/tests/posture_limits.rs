@@ -21,7 +21,7 @@ fn requests_per_minute_per_key() {
         mock.addr,
         json!({
             "keys": [{"id": "k", "key_env": "GW_POSTURE_LIMIT_KEY"}],
-            "limits": {"keys": {"k": {"requests_per_minute": 3}}},
+            "limits": {"keys": {"k": {"requests_per_minute": 3}}, "headers_on_success": true},
             "metrics": {"listen": "127.0.0.1:0"},
             "access_log": {"enabled": false},
         }),
@@ -109,6 +109,11 @@ fn tokens_per_minute_charged_with_real_usage() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("message_stop"));
+    assert_eq!(
+        r.header("x-ratelimit-limit-tokens"),
+        None,
+        "off unless headers_on_success"
+    );
     // The stream's usage was charged when it ended: the bucket is in debt now.
     let r = ps::post_with(
         gw.addr,
