@@ -12,7 +12,10 @@ fn transforms() -> Vec<Box<dyn StreamTransform>> {
     let (gpt, claude) = routes();
     let mut v: Vec<Box<dyn StreamTransform>> = Vec::new();
     for d in DIALECTS {
-        v.push(Box::new(native::NativeStream::new(d, gpt.alias_json.clone())));
+        v.push(Box::new(native::NativeStream::new(
+            d,
+            gpt.alias_json.clone(),
+        )));
         for (up, route) in [(Dialect::Chat, gpt), (Dialect::Messages, claude)] {
             v.push(
                 translate::Translation {

@@ -12,7 +12,8 @@ fuzz_target!(|data: &[u8]| {
             (gateway_fuzz::error::Dialect::Messages, claude),
         ] {
             if let Ok((body, _t)) = translate::request(client, up, data, route) {
-                serde_json::from_slice::<serde_json::Value>(&body).expect("translated body is JSON");
+                serde_json::from_slice::<serde_json::Value>(&body)
+                    .expect("translated body is JSON");
             }
         }
     }

@@ -15,7 +15,8 @@ fuzz_target!(|data: &[u8]| {
                 include_usage: data.first().is_some_and(|b| b & 1 == 1),
             };
             if let Ok(out) = t.response(data) {
-                serde_json::from_slice::<serde_json::Value>(&out).expect("translated response is JSON");
+                serde_json::from_slice::<serde_json::Value>(&out)
+                    .expect("translated response is JSON");
             }
         }
     }
