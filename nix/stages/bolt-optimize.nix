@@ -16,8 +16,14 @@ toolchain.runStage {
   name = "gateway-pgo-bolt";
   script = ''
     mkdir -p "$out/bin" "$out/share/gateway"
-    ${toolchain.tools.llvmBolt} ${pgo}/bin/gateway -o "$out/bin/gateway" \
-      -data=${boltProfile}/gateway.fdata \
+    # BOLT records its command line in .note.bolt_info. Run it on local copies by relative names
+    # so that the note names no store path: the artifact's runtime closure stays the artifact.
+    cd "$TMPDIR"
+    cp ${pgo}/bin/gateway gateway.pgo
+    cp ${boltProfile}/gateway.fdata gateway.fdata
+    ln -s ${toolchain.tools.llvmBolt} llvm-bolt
+    ./llvm-bolt gateway.pgo -o gateway \
+      -data=gateway.fdata \
       -reorder-blocks=ext-tsp \
       -reorder-functions=cdsort \
       -split-functions \
@@ -26,6 +32,7 @@ toolchain.runStage {
       -dyno-stats \
       2>&1 | tee "$out/share/gateway/bolt.log" \
       || fail "llvm-bolt optimization failed"
+    cp gateway "$out/bin/gateway"
     ${toolchain.tools.readelf} -S -W "$out/bin/gateway" | grep -q '\.note\.bolt_info' \
       || fail "the output has no .note.bolt_info section: BOLT did not rewrite it"
     ${trainer}/bin/trainer proof \

@@ -60,7 +60,8 @@ let
         chmod -R u+w "$TMPDIR/src"
         cd "$TMPDIR/src"
         export PATH="${rustToolchain}/bin:${hostPath}"
-        export RUSTFLAGS="$RUSTFLAGS_STAGE"
+        # Panic locations name source files; remapped, the binary references no build input.
+        export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${vendor}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
         echo "stage $stage: cargo build -p ${package} --target ${target} RUSTFLAGS='$RUSTFLAGS'"
         cargo build --release --offline --locked --target ${target} -p ${package} \
           || fail "cargo build of ${package} failed"

@@ -113,3 +113,11 @@ def test_each_stage_is_its_own_derivation(pgo_bolt):
 def test_rebuild_with_unchanged_inputs_builds_nothing(pgo_bolt):
     proc = offline_build("gateway-pgo-bolt", "--no-out-link", "--dry-run")
     assert "will be built" not in proc.stdout, proc.stdout
+
+
+def test_artifact_references_no_build_input(pgo_bolt):
+    """The release's runtime closure is the artifact alone: no vendored sources, no PGO binary,
+    no profile and no BOLT (BOLT's note records its command line, so it runs on local copies)."""
+    refs = subprocess.run(["nix-store", "--query", "--references", str(pgo_bolt)],
+                          check=True, capture_output=True, text=True).stdout.split()
+    assert refs in ([], [str(pgo_bolt)]), refs
