@@ -52,6 +52,9 @@ pub struct Snapshot {
     /// `GET /v1/models` never changes between reloads, so it is rendered once.
     pub models_body: Bytes,
     pub upstream_timeout: Duration,
+    /// How long a client may take to send its whole body once the headers are in: a client
+    /// trickling bytes holds a connection, so it gets a 408 instead of holding it forever.
+    pub body_read_timeout: Duration,
     pub max_body_bytes: usize,
     /// Caller keys (empty = open gateway).
     pub keys: crate::auth::Keys,
@@ -217,10 +220,14 @@ impl Checker {
         }
 
         let mut upstream_ms = 60_000;
+        let mut body_read_ms = 30_000;
         if let Some(t) = top.get("timeouts") {
             if let Some(t) = self.obj(t, "$.timeouts") {
                 if let Some(ms) = self.positive(t, "upstream_ms", "$.timeouts") {
                     upstream_ms = ms;
+                }
+                if let Some(ms) = self.positive(t, "body_read_ms", "$.timeouts") {
+                    body_read_ms = ms;
                 }
             }
         }
@@ -350,6 +357,7 @@ impl Checker {
                 routes,
                 models_body: Bytes::from(models_body),
                 upstream_timeout: Duration::from_millis(upstream_ms),
+                body_read_timeout: Duration::from_millis(body_read_ms),
                 max_body_bytes,
                 keys,
                 limits,

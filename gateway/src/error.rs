@@ -67,7 +67,7 @@ impl GwError {
     /// OpenAI error `type` for a status.
     fn openai_type(&self) -> &'static str {
         match self.status.as_u16() {
-            400 | 404 | 405 | 409 | 413 | 415 | 422 => "invalid_request_error",
+            400 | 404 | 405 | 408 | 409 | 413 | 415 | 422 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
             429 => "rate_limit_error",

@@ -27,8 +27,51 @@ pub struct Head<'a> {
     pub model_span: (usize, usize),
 }
 
+/// serde_json's recursion limit, which the translated routes hit when they parse a body.
+const MAX_DEPTH: usize = 128;
+
+/// Rejects nesting deeper than the translated routes accept, so that the native route, which
+/// never parses the nested parts, does not forward what the others would refuse.
+fn check_depth(body: &[u8]) -> Result<(), GwError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(GwError::bad_request(format!(
+                        "request body nests deeper than {MAX_DEPTH} levels"
+                    )));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
-    let raw: RawHead = serde_json::from_slice(body)
+    // serde_json skips the fields it ignores without checking their UTF-8, and the native route
+    // forwards those bytes as they are: validate the whole body once (an ASCII fast path).
+    let text = std::str::from_utf8(body).map_err(|e| {
+        GwError::bad_request(format!(
+            "request body is not valid UTF-8 (at byte {})",
+            e.valid_up_to()
+        ))
+    })?;
+    check_depth(body)?;
+    let raw: RawHead = serde_json::from_str(text)
         .map_err(|e| GwError::bad_request(format!("invalid JSON body: {e}")))?;
     let model_raw = raw.model.ok_or_else(|| {
         let mut e = GwError::bad_request("missing required field `model`");

@@ -30,6 +30,28 @@ pub async fn handle(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> GwR
     rec.respond(resp)
 }
 
+/// Every dialect's body is JSON. A missing content type is tolerated (some clients omit it); a
+/// declared non-JSON one is a client error, answered before the body is read.
+fn check_content_type(headers: &http::HeaderMap) -> Result<(), GwError> {
+    let Some(ct) = headers.get(http::header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = ct.as_bytes().split(|&b| b == b';').next().unwrap_or(b"");
+    let essence = essence.trim_ascii();
+    if essence.eq_ignore_ascii_case(b"application/json")
+        || (essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case(b"+json"))
+    {
+        return Ok(());
+    }
+    Err(GwError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!(
+            "content-type must be application/json, not {:?}",
+            String::from_utf8_lossy(ct.as_bytes())
+        ),
+    ))
+}
+
 async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
     match Limited::new(body, limit).collect().await {
         Ok(c) => Ok(c.to_bytes()),
@@ -55,7 +77,21 @@ async fn run(
     let snap = w.snapshot();
     let caller = snap.keys.authenticate(req.headers())?;
     rec.set_caller(&caller);
-    let body = read_body(req.into_body(), snap.max_body_bytes).await?;
+    check_content_type(req.headers())?;
+    let body = match tokio::time::timeout(
+        snap.body_read_timeout,
+        read_body(req.into_body(), snap.max_body_bytes),
+    )
+    .await
+    {
+        Ok(body) => body?,
+        Err(_) => {
+            return Err(GwError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body did not arrive in time",
+            ))
+        }
+    };
     let head = json::parse_head(&body)?;
     let Some(route) = snap.routes.get(head.model.as_ref()).cloned() else {
         rec.set_unknown_model(&head.model);
