@@ -70,6 +70,12 @@ pub struct Listen {
     pub addr: SocketAddr,
     pub workers: usize,
     pub drain_timeout: Duration,
+    /// Open client connections a worker keeps; beyond it new ones are closed at accept, so a
+    /// flood of idle sockets cannot exhaust descriptors or memory. `max_connections / workers`.
+    pub max_connections_per_worker: usize,
+    /// Time a connection may take to send a request's headers, and may sit idle between
+    /// keep-alive requests, before it is closed.
+    pub header_timeout: Duration,
     pub metrics: Option<crate::metrics::MetricsConfig>,
     pub access_log: crate::access_log::AccessLogConfig,
 }
@@ -221,6 +227,7 @@ impl Checker {
 
         let mut upstream_ms = 60_000;
         let mut body_read_ms = 30_000;
+        let mut header_ms = 30_000;
         if let Some(t) = top.get("timeouts") {
             if let Some(t) = self.obj(t, "$.timeouts") {
                 if let Some(ms) = self.positive(t, "upstream_ms", "$.timeouts") {
@@ -229,12 +236,16 @@ impl Checker {
                 if let Some(ms) = self.positive(t, "body_read_ms", "$.timeouts") {
                     body_read_ms = ms;
                 }
+                if let Some(ms) = self.positive(t, "header_ms", "$.timeouts") {
+                    header_ms = ms;
+                }
             }
         }
         let max_body_bytes = self
             .positive(top, "limits_body_bytes", "$")
             .unwrap_or(4 << 20) as usize;
         let drain_ms = self.positive(top, "drain_ms", "$").unwrap_or(30_000);
+        let max_connections = self.positive(top, "max_connections", "$").unwrap_or(16_384) as usize;
 
         let mut providers: HashMap<String, Arc<Provider>> = HashMap::new();
         match top.get("providers") {
@@ -350,6 +361,8 @@ impl Checker {
                 addr,
                 workers,
                 drain_timeout: Duration::from_millis(drain_ms),
+                max_connections_per_worker: max_connections.div_ceil(workers).max(1),
+                header_timeout: Duration::from_millis(header_ms),
                 metrics,
                 access_log,
             },

@@ -89,11 +89,11 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
     for (i, l) in listeners.into_iter().enumerate() {
         let stop = stop_rx.clone();
         let cfg = cfg_rx.clone();
-        let drain = listen.drain_timeout;
+        let listen = listen.clone();
         handles.push(
             std::thread::Builder::new()
                 .name(format!("gw-worker-{i}"))
-                .spawn(move || worker(l, stop, cfg, drain))?,
+                .spawn(move || worker(l, stop, cfg, &listen))?,
         );
     }
     eprintln!("listening on {addr}");
@@ -119,8 +119,12 @@ fn worker(
     listener: std::net::TcpListener,
     mut stop: watch::Receiver<bool>,
     mut cfg: watch::Receiver<Arc<Snapshot>>,
-    drain: Duration,
+    listen: &crate::config::Listen,
 ) -> anyhow::Result<()> {
+    let drain = listen.drain_timeout;
+    let max_connections = listen.max_connections_per_worker;
+    // Open connections of this worker; only its own tasks touch it.
+    let open = Rc::new(Cell::new(0usize));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -147,11 +151,17 @@ fn worker(
         let mut http = hyper::server::conn::http1::Builder::new();
         http.keep_alive(true)
             .timer(TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(30));
+            .header_read_timeout(listen.header_timeout);
         loop {
             tokio::select! {
                 r = listener.accept() => match r {
                     Ok((stream, _)) => {
+                        if open.get() >= max_connections {
+                            // Closing at once is the cheapest answer a flood can get.
+                            drop(stream);
+                            continue;
+                        }
+                        open.set(open.get() + 1);
                         let _ = stream.set_nodelay(true);
                         let w = w.clone();
                         let svc = hyper::service::service_fn(move |req| {
@@ -160,8 +170,10 @@ fn worker(
                         });
                         let conn = http.serve_connection(TokioIo::new(stream), svc);
                         let fut = graceful.watch(conn);
+                        let open = open.clone();
                         tokio::task::spawn_local(async move {
                             let _ = fut.await;
+                            open.set(open.get() - 1);
                         });
                     }
                     Err(e) => {

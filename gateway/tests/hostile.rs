@@ -171,14 +171,75 @@ fn slow_body_gets_408_and_does_not_block_others() {
     drop(mock);
 }
 
+/// Reads until the peer closes; true when it closed within `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
 #[test]
-fn idle_connection_without_headers_is_closed() {
-    let stack = Stack::start();
-    // A client that connects and sends half a request line never gets to hold the connection
-    // past hyper's header read timeout; here we only check the gateway keeps serving others.
-    let mut idle = TcpStream::connect(stack.gateway.addr).unwrap();
-    idle.write_all(b"POST /v1/chat").unwrap();
-    still_serves(&stack);
-    drop(idle);
-    stack.stop();
+fn slow_headers_and_idle_keep_alive_are_closed() {
+    let mock = start_mock();
+    let mut cfg = config(mock.addr, 10_000);
+    cfg["timeouts"]["header_ms"] = json!(300);
+    let gateway = start_gateway(&cfg);
+    // Half a request line, then nothing.
+    let mut slow = TcpStream::connect(gateway.addr).unwrap();
+    slow.write_all(b"POST /v1/chat").unwrap();
+    // A keep-alive client that got its answer and then idles.
+    let mut idle = TcpStream::connect(gateway.addr).unwrap();
+    idle.write_all(format!("GET /livez HTTP/1.1\r\nhost: {}\r\n\r\n", gateway.addr).as_bytes())
+        .unwrap();
+    let t = Instant::now();
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(5)),
+        "slow headers kept open"
+    );
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(5)),
+        "idle keep-alive kept open"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    let r = post(
+        gateway.addr,
+        "/v1/chat/completions",
+        &json!({"model": "gpt", "messages": user("hi")}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(gateway.terminate(), Some(0));
+    drop(mock);
+}
+
+#[test]
+fn connections_beyond_the_cap_are_closed_and_the_rest_served() {
+    let mock = start_mock();
+    let mut cfg = config(mock.addr, 10_000);
+    cfg["max_connections"] = json!(4);
+    let gateway = start_gateway(&cfg);
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(gateway.addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut extra = TcpStream::connect(gateway.addr).unwrap();
+    assert!(
+        closed_within(&mut extra, Duration::from_secs(5)),
+        "a fifth connection was kept"
+    );
+    drop(held);
+    std::thread::sleep(Duration::from_millis(200));
+    let r = post(
+        gateway.addr,
+        "/v1/chat/completions",
+        &json!({"model": "gpt", "messages": user("hi")}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(gateway.terminate(), Some(0));
+    drop(mock);
 }
