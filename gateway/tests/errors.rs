@@ -24,22 +24,6 @@ fn body_for(path: &str, model: &str, text: &str, stream: bool) -> Value {
     }
 }
 
-/// Asserts the dialect's error body shape and returns its message.
-fn assert_error_shape(path: &str, r: &Resp) -> String {
-    let v = r.json();
-    if path == "/v1/messages" {
-        assert_eq!(v["type"], "error", "{v}");
-        assert!(v["error"]["type"].is_string(), "{v}");
-        v["error"]["message"].as_str().unwrap().to_owned()
-    } else {
-        let e = &v["error"];
-        for k in ["message", "type", "param", "code"] {
-            assert!(e.get(k).is_some(), "missing error.{k} in {v}");
-        }
-        e["message"].as_str().unwrap().to_owned()
-    }
-}
-
 #[test]
 fn malformed_json_is_400_in_each_dialect() {
     let st = Stack::start();

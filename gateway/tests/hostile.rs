@@ -15,18 +15,7 @@ const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses
 /// Asserts `r` is `status` with the error body of the dialect `path` speaks.
 fn assert_dialect_error(path: &str, r: &Resp, status: u16) {
     assert_eq!(r.status, status, "{path}: {}", r.text());
-    let v = r.json();
-    if path == "/v1/messages" {
-        assert_eq!(v["type"], "error", "{v}");
-        assert!(
-            v["error"]["type"].is_string() && v["error"]["message"].is_string(),
-            "{v}"
-        );
-    } else {
-        for k in ["message", "type", "param", "code"] {
-            assert!(v["error"].get(k).is_some(), "missing error.{k} in {v}");
-        }
-    }
+    assert_error_shape(path, r);
 }
 
 fn send(addr: std::net::SocketAddr, path: &str, ct: &str, body: &[u8]) -> Resp {

@@ -408,3 +408,19 @@ pub fn write_json(s: &mut TcpStream, status: u16, body: &Value) {
 pub fn user(text: &str) -> Value {
     serde_json::json!([{"role": "user", "content": text}])
 }
+
+/// Asserts the dialect's error body shape and returns its message.
+pub fn assert_error_shape(path: &str, r: &Resp) -> String {
+    let v = r.json();
+    if path == "/v1/messages" {
+        assert_eq!(v["type"], "error", "{v}");
+        assert!(v["error"]["type"].is_string(), "{v}");
+        v["error"]["message"].as_str().unwrap().to_owned()
+    } else {
+        let e = &v["error"];
+        for k in ["message", "type", "param", "code"] {
+            assert!(e.get(k).is_some(), "missing error.{k} in {v}");
+        }
+        e["message"].as_str().unwrap().to_owned()
+    }
+}
