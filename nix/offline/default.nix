@@ -11,18 +11,22 @@
 let
   root = ../..;
 
-  # Only what cargo needs, so that editing docs, shapes or Nix code rebuilds no binary.
+  # Only what `cargo build` of the binaries needs, so that editing docs, shapes, Nix code or the
+  # crates' tests, fuzz targets and READMEs rebuilds no binary.
   cargoSource = builtins.path {
     name = "gateway-workspace-source";
     path = root;
     filter = path: type:
       let
         rel = builtins.substring (builtins.stringLength (toString root) + 1) (-1) (toString path);
-        top = builtins.head (builtins.split "/" rel);
+        parts = builtins.filter builtins.isString (builtins.split "/" rel);
+        top = builtins.head parts;
+        second = if builtins.length parts > 1 then builtins.elemAt parts 1 else "";
         base = baseNameOf path;
       in
       (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer")
-      && base != "target" && base != "fuzz" && !(builtins.match ".*\\.py[co]?" base != null);
+      && !(builtins.elem second [ "tests" "fuzz" "target" "README.md" ])
+      && builtins.match ".*\\.py[co]?" base == null;
   };
 
   toolchain = import ../toolchains/offline.nix ({
