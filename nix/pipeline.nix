@@ -14,7 +14,7 @@
 let
   stages = import ./stages { inherit toolchain; };
 
-  # Profile-guided flags. `--emit-relocs` keeps the relocations BOLT needs to move functions.
+  # Linker flag of the stages BOLT rewrites: `--emit-relocs` keeps the relocations it needs.
   emitRelocs = "-Clink-args=-Wl,--emit-relocs";
 in
 rec {
