@@ -22,12 +22,23 @@ fn send(addr: std::net::SocketAddr, path: &str, ct: &str, body: &[u8]) -> Resp {
     request(addr, "POST", path, &[("content-type", ct)], body)
 }
 
-fn still_serves(stack: &Stack) {
-    let r = stack.post(
+/// The gateway at `addr` still answers a plain chat completion.
+fn still_serves(addr: std::net::SocketAddr) {
+    let r = post(
+        addr,
         "/v1/chat/completions",
         &json!({"model": "gpt", "messages": user("still there?")}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// Mock + gateway whose standard test config is changed by `patch`.
+fn stack_with(patch: impl FnOnce(&mut serde_json::Value)) -> Stack {
+    let mock = start_mock();
+    let mut cfg = config(mock.addr, 10_000);
+    patch(&mut cfg);
+    let gateway = start_gateway(&cfg);
+    Stack { gateway, mock }
 }
 
 #[test]
@@ -61,7 +72,7 @@ fn malformed_bodies_get_dialect_400s() {
             assert_dialect_error(path, &r, 400);
         }
     }
-    still_serves(&stack);
+    still_serves(stack.gateway.addr);
     stack.stop();
 }
 
@@ -81,7 +92,7 @@ fn huge_numbers_do_not_crash() {
         );
         assert!(r.status < 500, "{path}: {} {}", r.status, r.text());
     }
-    still_serves(&stack);
+    still_serves(stack.gateway.addr);
     stack.stop();
 }
 
@@ -100,37 +111,27 @@ fn wrong_content_type_is_415() {
         );
         assert_ne!(r.status, 415, "{path}: a JSON type with parameters is JSON");
     }
-    still_serves(&stack);
+    still_serves(stack.gateway.addr);
     stack.stop();
 }
 
 #[test]
 fn oversized_body_is_413() {
-    let mock = start_mock();
-    let mut cfg = config(mock.addr, 10_000);
-    cfg["limits_body_bytes"] = json!(1024);
-    let gateway = start_gateway(&cfg);
+    let stack = stack_with(|cfg| cfg["limits_body_bytes"] = json!(1024));
+    let gateway = &stack.gateway;
     let big = json!({"model": "gpt", "messages": user(&"x".repeat(4096))});
     for path in PATHS {
         let r = post(gateway.addr, path, &big);
         assert_dialect_error(path, &r, 413);
     }
-    let small = post(
-        gateway.addr,
-        "/v1/chat/completions",
-        &json!({"model": "gpt", "messages": user("hi")}),
-    );
-    assert_eq!(small.status, 200, "{}", small.text());
-    assert_eq!(gateway.terminate(), Some(0));
-    drop(mock);
+    still_serves(gateway.addr);
+    stack.stop();
 }
 
 #[test]
 fn slow_body_gets_408_and_does_not_block_others() {
-    let mock = start_mock();
-    let mut cfg = config(mock.addr, 10_000);
-    cfg["timeouts"]["body_read_ms"] = json!(300);
-    let gateway = start_gateway(&cfg);
+    let stack = stack_with(|cfg| cfg["timeouts"]["body_read_ms"] = json!(300));
+    let gateway = &stack.gateway;
     // Headers promise 100 bytes; the body trickles and never completes.
     let mut slow = TcpStream::connect(gateway.addr).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(10)))
@@ -145,19 +146,13 @@ fn slow_body_gets_408_and_does_not_block_others() {
     .unwrap();
     // Meanwhile the same single worker serves another client.
     let t = Instant::now();
-    let r = post(
-        gateway.addr,
-        "/v1/chat/completions",
-        &json!({"model": "gpt", "messages": user("hi")}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
+    still_serves(gateway.addr);
     assert!(t.elapsed() < Duration::from_secs(2));
     let mut raw = Vec::new();
     let _ = slow.read_to_end(&mut raw);
     let resp = parse_response(&raw);
     assert_dialect_error("/v1/messages", &resp, 408);
-    assert_eq!(gateway.terminate(), Some(0));
-    drop(mock);
+    stack.stop();
 }
 
 /// Reads until the peer closes; true when it closed within `within`.
@@ -175,10 +170,8 @@ fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
 
 #[test]
 fn slow_headers_and_idle_keep_alive_are_closed() {
-    let mock = start_mock();
-    let mut cfg = config(mock.addr, 10_000);
-    cfg["timeouts"]["header_ms"] = json!(300);
-    let gateway = start_gateway(&cfg);
+    let stack = stack_with(|cfg| cfg["timeouts"]["header_ms"] = json!(300));
+    let gateway = &stack.gateway;
     // Half a request line, then nothing.
     let mut slow = TcpStream::connect(gateway.addr).unwrap();
     slow.write_all(b"POST /v1/chat").unwrap();
@@ -196,22 +189,14 @@ fn slow_headers_and_idle_keep_alive_are_closed() {
         "idle keep-alive kept open"
     );
     assert!(t.elapsed() < Duration::from_secs(5));
-    let r = post(
-        gateway.addr,
-        "/v1/chat/completions",
-        &json!({"model": "gpt", "messages": user("hi")}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(gateway.terminate(), Some(0));
-    drop(mock);
+    still_serves(gateway.addr);
+    stack.stop();
 }
 
 #[test]
 fn connections_beyond_the_cap_are_closed_and_the_rest_served() {
-    let mock = start_mock();
-    let mut cfg = config(mock.addr, 10_000);
-    cfg["max_connections"] = json!(4);
-    let gateway = start_gateway(&cfg);
+    let stack = stack_with(|cfg| cfg["max_connections"] = json!(4));
+    let gateway = &stack.gateway;
     let held: Vec<TcpStream> = (0..4)
         .map(|_| TcpStream::connect(gateway.addr).unwrap())
         .collect();
@@ -223,12 +208,6 @@ fn connections_beyond_the_cap_are_closed_and_the_rest_served() {
     );
     drop(held);
     std::thread::sleep(Duration::from_millis(200));
-    let r = post(
-        gateway.addr,
-        "/v1/chat/completions",
-        &json!({"model": "gpt", "messages": user("hi")}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(gateway.terminate(), Some(0));
-    drop(mock);
+    still_serves(gateway.addr);
+    stack.stop();
 }
