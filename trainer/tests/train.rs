@@ -48,6 +48,26 @@ fn train(gateway: &Path, out: &Path, extra: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Trains only `shape` (at most `max_requests`) and requires a failure whose message names the
+/// shape and contains every one of `causes`.
+fn training_fails(gateway: &Path, out: &Path, shape: &str, max_requests: &str, causes: &[&str]) {
+    let o = train(
+        gateway,
+        out,
+        &["--only", shape, "--max-requests", max_requests],
+    );
+    let e = stderr(&o);
+    assert!(
+        !o.status.success(),
+        "training with {} succeeded",
+        gateway.display()
+    );
+    assert!(e.contains(&format!("training: shape {shape}")), "{e}");
+    for cause in causes {
+        assert!(e.contains(cause), "no {cause:?} in: {e}");
+    }
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -132,27 +152,18 @@ fn train_runs_every_shape_but_the_holdout() {
 fn a_binary_without_instrumentation_fails_with_no_profile() {
     let d = scratch("noprof");
     let gw = fake(&d, "FAKE_GATEWAY_PROFILE_BYTES=0");
-    let o = train(
-        &gw,
-        &d.join("out"),
-        &["--only", "chat-minimal", "--max-requests", "20"],
-    );
-    let e = stderr(&o);
-    assert!(!o.status.success());
-    assert!(e.contains("training: shape chat-minimal"), "{e}");
-    assert!(e.contains("no profile"), "{e}");
+    training_fails(&gw, &d.join("out"), "chat-minimal", "20", &["no profile"]);
     assert!(!d.join("out/manifest.json").exists());
 
     // A profile at or under the floor does not count either.
     let gw = fake(&d, "FAKE_GATEWAY_PROFILE_BYTES=1000");
-    let o = train(
+    training_fails(
         &gw,
         &d.join("out"),
-        &["--only", "chat-minimal", "--max-requests", "20"],
+        "chat-minimal",
+        "20",
+        &["no profile", "1000 bytes"],
     );
-    let e = stderr(&o);
-    assert!(!o.status.success());
-    assert!(e.contains("no profile") && e.contains("1000 bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -165,15 +176,13 @@ fn a_gateway_exiting_non_zero_fails_training() {
         "gateway",
         "\"$TRAINER\" fake-gateway \"$@\" &\nchild=$!\ntrap 'kill -TERM $child; wait $child; exit 3' TERM\nwait $child\nexit 3",
     );
-    let o = train(
+    training_fails(
         &gw,
         &d.join("out"),
-        &["--only", "messages-minimal", "--max-requests", "20"],
+        "messages-minimal",
+        "20",
+        &["exit status 3"],
     );
-    let e = stderr(&o);
-    assert!(!o.status.success());
-    assert!(e.contains("training: shape messages-minimal"), "{e}");
-    assert!(e.contains("exit status 3"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -181,15 +190,13 @@ fn a_gateway_exiting_non_zero_fails_training() {
 fn a_gateway_dying_by_a_signal_fails_training() {
     let d = scratch("signal");
     let gw = fake(&d, "FAKE_GATEWAY_ABORT=1");
-    let o = train(
+    training_fails(
         &gw,
         &d.join("out"),
-        &["--only", "responses-minimal", "--max-requests", "20"],
+        "responses-minimal",
+        "20",
+        &["killed by signal 6"],
     );
-    let e = stderr(&o);
-    assert!(!o.status.success());
-    assert!(e.contains("training: shape responses-minimal"), "{e}");
-    assert!(e.contains("killed by signal 6"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -210,18 +217,16 @@ fn a_wrong_response_fails_training() {
     let d = scratch("wrong");
     // Answers every request with the mock's 500 error: the check must name it.
     let gw = fake(&d, "FAKE_GATEWAY_STATUS=500");
-    let o = train(
+    training_fails(
         &gw,
         &d.join("out"),
-        &["--only", "chat-minimal-stream", "--max-requests", "20"],
+        "chat-minimal-stream",
+        "20",
+        &[
+            "training: shape chat-minimal-stream: wrong response",
+            "status 500",
+        ],
     );
-    let e = stderr(&o);
-    assert!(!o.status.success());
-    assert!(
-        e.contains("training: shape chat-minimal-stream: wrong response"),
-        "{e}"
-    );
-    assert!(e.contains("status 500"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -234,16 +239,12 @@ fn real_gateway_without_instrumentation_fails_with_no_profile() {
         return;
     };
     let d = scratch("real");
-    let o = train(
+    training_fails(
         Path::new(&gw),
         &d.join("out"),
-        &["--only", "chat-minimal", "--max-requests", "200"],
-    );
-    let e = stderr(&o);
-    assert!(!o.status.success());
-    assert!(
-        e.contains("training: shape chat-minimal: no profile"),
-        "{e}"
+        "chat-minimal",
+        "200",
+        &["training: shape chat-minimal: no profile"],
     );
     let _ = std::fs::remove_dir_all(&d);
 }
