@@ -56,7 +56,6 @@ pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
             });
         }
     }
-    let usage = v.get("usage").unwrap_or(&Value::Null);
     Ok(Response {
         id: opt_str(&v, "id").unwrap_or_else(|| new_id("chatcmpl-")),
         content,
@@ -66,16 +65,7 @@ pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
                 .and_then(Value::as_str)
                 .unwrap_or("stop"),
         ),
-        usage: Usage {
-            input: usage
-                .get("prompt_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            output: usage
-                .get("completion_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        },
+        usage: Usage::from_json(v.get("usage"), "prompt_tokens", "completion_tokens"),
     })
 }
 
@@ -370,14 +360,7 @@ impl Encoder for StreamEncoder {
                     Self::close(out, Some(stop_to(s)));
                 }
             }
-            Event::Usage { input, output } => {
-                if let Some(i) = input {
-                    self.usage.input = i;
-                }
-                if let Some(o) = output {
-                    self.usage.output = o;
-                }
-            }
+            Event::Usage { input, output } => self.usage.update(input, output),
             Event::Done => {
                 if self.stop.is_none() {
                     self.open(out);

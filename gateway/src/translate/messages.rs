@@ -56,7 +56,6 @@ pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
             _ => {}
         }
     }
-    let usage = v.get("usage").unwrap_or(&Value::Null);
     Ok(Response {
         id: opt_str(&v, "id").unwrap_or_else(|| new_id("msg_")),
         content,
@@ -65,16 +64,7 @@ pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
                 .and_then(Value::as_str)
                 .unwrap_or("end_turn"),
         ),
-        usage: Usage {
-            input: usage
-                .get("input_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-            output: usage
-                .get("output_tokens")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        },
+        usage: Usage::from_json(v.get("usage"), "input_tokens", "output_tokens"),
     })
 }
 
@@ -424,14 +414,7 @@ impl Encoder for StreamEncoder {
                 Self::delta(out, i, "input_json_delta", "partial_json", &delta);
             }
             Event::Stop(s) => self.stop = Some(s),
-            Event::Usage { input, output } => {
-                if let Some(i) = input {
-                    self.usage.input = i;
-                }
-                if let Some(o) = output {
-                    self.usage.output = o;
-                }
-            }
+            Event::Usage { input, output } => self.usage.update(input, output),
             Event::Done => {
                 if !self.started {
                     self.start(&new_id("msg_"), out);

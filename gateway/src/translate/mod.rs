@@ -41,6 +41,31 @@ pub struct Usage {
     pub output: u64,
 }
 
+impl Usage {
+    /// Reads a provider's usage object, whose two counters each dialect names its own way.
+    pub fn from_json(usage: Option<&serde_json::Value>, input: &str, output: &str) -> Usage {
+        let count = |k: &str| {
+            usage
+                .and_then(|u| u.get(k))
+                .and_then(serde_json::Value::as_u64)
+        };
+        Usage {
+            input: count(input).unwrap_or(0),
+            output: count(output).unwrap_or(0),
+        }
+    }
+
+    /// Applies a stream's usage report: each counter it carries replaces the one so far.
+    pub fn update(&mut self, input: Option<u64>, output: Option<u64>) {
+        if let Some(i) = input {
+            self.input = i;
+        }
+        if let Some(o) = output {
+            self.output = o;
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Response {
     pub id: String,

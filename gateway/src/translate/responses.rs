@@ -326,14 +326,7 @@ impl Encoder for StreamEncoder {
                 out.extend_from_slice(b"}\n\n");
             }
             Event::Stop(s) => self.stop = Some(s),
-            Event::Usage { input, output } => {
-                if let Some(i) = input {
-                    self.usage.input = i;
-                }
-                if let Some(o) = output {
-                    self.usage.output = o;
-                }
-            }
+            Event::Usage { input, output } => self.usage.update(input, output),
             Event::Done => {
                 if !self.started {
                     self.start(&new_id("resp_"), out);
