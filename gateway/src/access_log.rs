@@ -709,21 +709,6 @@ fn finish(mut i: Box<Inner>) {
     });
 }
 
-/// Decimal digits of `n` (no `fmt` machinery: this runs once per field per request).
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
-}
-
 /// `n` as exactly `width` digits (zero-padded; `n` must fit).
 fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
     let mut buf = [b'0'; 20];
@@ -738,13 +723,9 @@ fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
 /// Milliseconds with microsecond precision: `12.345`.
 fn push_ms(out: &mut Vec<u8>, d: Duration) {
     let us = d.as_micros() as u64;
-    push_u64(out, us / 1000);
+    crate::json::write_u64(out, us / 1000);
     out.push(b'.');
     push_padded(out, us % 1000, 3);
-}
-
-fn json_str(out: &mut Vec<u8>, s: &str) {
-    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 fn write_line(
@@ -757,7 +738,7 @@ fn write_line(
     out.extend_from_slice(b"{\"ts\":\"");
     write_rfc3339(out, i.start_wall);
     out.extend_from_slice(b"\",\"request_id\":");
-    json_str(out, i.request_id.to_str().unwrap_or("-"));
+    crate::json::write_str(out, i.request_id.to_str().unwrap_or("-"));
     out.extend_from_slice(b",\"route\":\"");
     out.extend_from_slice(match i.route {
         Dialect::Chat => b"/v1/chat/completions".as_slice(),
@@ -766,22 +747,22 @@ fn write_line(
     });
     out.extend_from_slice(b"\",\"model\":");
     match (&i.target, &i.asked_model) {
-        (Some(r), _) => json_str(out, &r.alias),
-        (None, Some(m)) => json_str(out, m),
+        (Some(r), _) => crate::json::write_str(out, &r.alias),
+        (None, Some(m)) => crate::json::write_str(out, m),
         (None, None) => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"provider\":");
     match &i.target {
-        Some(r) => json_str(out, &r.provider.name),
+        Some(r) => crate::json::write_str(out, &r.provider.name),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"upstream_model\":");
     match &i.target {
-        Some(r) => json_str(out, &r.upstream_model),
+        Some(r) => crate::json::write_str(out, &r.upstream_model),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"status\":");
-    push_u64(out, u64::from(i.status));
+    crate::json::write_u64(out, u64::from(i.status));
     out.extend_from_slice(if i.stream {
         b",\"stream\":true,\"latency_ms\":".as_slice()
     } else {
@@ -802,20 +783,20 @@ fn write_line(
     match i.usage.input {
         Some(n) => {
             out.extend_from_slice(b",\"tokens_in\":");
-            push_u64(out, n);
+            crate::json::write_u64(out, n);
         }
         None => out.extend_from_slice(b",\"tokens_in\":null"),
     }
     match i.usage.output {
         Some(n) => {
             out.extend_from_slice(b",\"tokens_out\":");
-            push_u64(out, n);
+            crate::json::write_u64(out, n);
         }
         None => out.extend_from_slice(b",\"tokens_out\":null"),
     }
     out.extend_from_slice(b",\"key_id\":");
     match &i.key_id {
-        Some(k) => json_str(out, k),
+        Some(k) => crate::json::write_str(out, k),
         None => out.extend_from_slice(b"null"),
     }
     if let Some(r) = &i.rejected {
@@ -827,11 +808,11 @@ fn write_line(
     }
     if let Some(e) = &i.error {
         out.extend_from_slice(b",\"error\":");
-        json_str(out, e);
+        crate::json::write_str(out, e);
     }
     if let Some(e) = &i.stream_error {
         out.extend_from_slice(b",\"stream_error\":");
-        json_str(out, e);
+        crate::json::write_str(out, e);
     }
     out.extend_from_slice(b"}\n");
 }
@@ -956,9 +937,9 @@ mod tests {
     #[test]
     fn numbers() {
         let mut o = Vec::new();
-        push_u64(&mut o, 0);
+        crate::json::write_u64(&mut o, 0);
         o.push(b' ');
-        push_u64(&mut o, u64::MAX);
+        crate::json::write_u64(&mut o, u64::MAX);
         o.push(b' ');
         push_ms(&mut o, Duration::from_micros(12_045));
         o.push(b' ');

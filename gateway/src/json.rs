@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -160,11 +160,10 @@ fn string_end(data: &[u8], start: usize) -> Option<usize> {
 
 /// Appends `s` as a JSON string literal. Stream encoders write their frames with this and a few
 /// constant pieces instead of building a `serde_json::Value` per frame.
-pub fn write_str(out: &mut BytesMut, s: &str) {
+pub fn write_str(out: &mut impl BufMut, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let b = s.as_bytes();
-    out.reserve(b.len() + 2);
-    out.extend_from_slice(b"\"");
+    out.put_slice(b"\"");
     let mut start = 0;
     for (i, &c) in b.iter().enumerate() {
         let esc: &[u8] = match c {
@@ -176,9 +175,9 @@ pub fn write_str(out: &mut BytesMut, s: &str) {
             0..=0x1f => b"",
             _ => continue,
         };
-        out.extend_from_slice(&b[start..i]);
+        out.put_slice(&b[start..i]);
         if esc.is_empty() {
-            out.extend_from_slice(&[
+            out.put_slice(&[
                 b'\\',
                 b'u',
                 b'0',
@@ -187,16 +186,16 @@ pub fn write_str(out: &mut BytesMut, s: &str) {
                 HEX[(c & 15) as usize],
             ]);
         } else {
-            out.extend_from_slice(esc);
+            out.put_slice(esc);
         }
         start = i + 1;
     }
-    out.extend_from_slice(&b[start..]);
-    out.extend_from_slice(b"\"");
+    out.put_slice(&b[start..]);
+    out.put_slice(b"\"");
 }
 
-/// Appends a decimal integer.
-pub fn write_u64(out: &mut BytesMut, n: u64) {
+/// Appends a decimal integer (no `fmt` machinery: hot paths write several per request).
+pub fn write_u64(out: &mut impl BufMut, n: u64) {
     let mut buf = [0u8; 20];
     let mut i = buf.len();
     let mut n = n;
@@ -208,7 +207,7 @@ pub fn write_u64(out: &mut BytesMut, n: u64) {
             break;
         }
     }
-    out.extend_from_slice(&buf[i..]);
+    out.put_slice(&buf[i..]);
 }
 
 #[cfg(test)]
