@@ -206,7 +206,7 @@ fn core_share(
 }
 
 /// Warm up, measure one window against `target`; returns the window and, when `gateway_pid`
-/// is given, the gateway's CPU ticks over it and its peak RSS.
+/// is given, the gateway's CPU ticks over it (user and system) and its peak RSS.
 fn measure(
     target: &driver::Target,
     k: &Knobs,
@@ -214,7 +214,7 @@ fn measure(
     mock_pid: u32,
     gateway_pid: Option<u32>,
     check: load::Check,
-) -> Result<(Window, Option<u64>, Option<u64>)> {
+) -> Result<(Window, Option<procfs::ProcCpu>, Option<u64>)> {
     let hz = procfs::clock_ticks_per_sec() as f64;
     let watch = driver::Watch {
         gateway: gateway_pid,
@@ -231,10 +231,11 @@ fn measure(
     )?;
     let (s0, s1) = (&m.before, &m.after);
     let mut w = window_figures(&m.window, &m.warm);
-    let gw_ticks = match (s0.gateway, s1.gateway) {
-        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+    let gw_cpu = match (s0.gateway, s1.gateway) {
+        (Some(a), Some(b)) => Some(b.since(a)),
         _ => None,
     };
+    let gw_ticks = gw_cpu.map(procfs::ProcCpu::total);
     let per_req = |ticks: u64| {
         if w.requests > 0 {
             ticks as f64 / hz * 1e6 / w.requests as f64
@@ -256,7 +257,7 @@ fn measure(
         w.rig_core_irq_pct = Some(irq);
         w.rig_core_other_pct = Some(other);
     }
-    Ok((w, gw_ticks, m.gateway_rss_kib))
+    Ok((w, gw_cpu, m.gateway_rss_kib))
 }
 
 pub fn run_batch(
@@ -451,14 +452,15 @@ pub fn run_batch(
         match run_leg(i + 1, bin, path, &work, &rig_info, k) {
             Ok((leg, problem)) => {
                 eprintln!(
-                    "bench: [{}/{total}] {:<10} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  {:.2} us/req  \
-                     gw cpu {:.0}%  rss {:.1} MiB  ({:.0} s elapsed)",
+                    "bench: [{}/{total}] {:<10} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  {:.2} us/req \
+                     ({:.2} user)  gw cpu {:.0}%  rss {:.1} MiB  ({:.0} s elapsed)",
                     i + 1,
                     leg.label,
                     leg.window.rps,
                     leg.window.p50_ms,
                     leg.window.p99_ms,
                     leg.cpu_us_per_req,
+                    leg.user_us_per_req,
                     leg.gateway_cpu_pct,
                     leg.peak_rss_kib as f64 / 1024.0,
                     started.elapsed().as_secs_f64()
@@ -542,7 +544,9 @@ fn run_leg(
         body: body.clone(),
     };
     let (w, ticks, rss) = measure(&target, k, cores, mock_pid, Some(pid), check.clone())?;
-    let cpu_secs = ticks.unwrap_or(0) as f64 / hz;
+    let ticks = ticks.unwrap_or_default();
+    let cpu_secs = ticks.total() as f64 / hz;
+    let user_secs = ticks.user as f64 / hz;
     let exit = match gw.terminate() {
         Ok(st) => rig::describe_exit(st),
         Err(e) => format!("{e:#}"),
@@ -562,6 +566,11 @@ fn run_leg(
         pid,
         cpu_us_per_req: if w.requests > 0 {
             cpu_secs * 1e6 / w.requests as f64
+        } else {
+            f64::NAN
+        },
+        user_us_per_req: if w.requests > 0 {
+            user_secs * 1e6 / w.requests as f64
         } else {
             f64::NAN
         },

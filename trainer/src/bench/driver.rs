@@ -25,7 +25,7 @@ pub struct Target {
 /// CPU counters read at one edge of a window.
 #[derive(Clone, Debug, Default)]
 pub struct Snap {
-    pub gateway: Option<u64>,
+    pub gateway: Option<procfs::ProcCpu>,
     pub mock: u64,
     pub me: u64,
     pub gw_core: Option<procfs::CpuTimes>,
@@ -43,7 +43,7 @@ pub struct Watch {
 
 fn snap(w: &Watch) -> Result<Snap> {
     Ok(Snap {
-        gateway: w.gateway.map(procfs::cpu_ticks).transpose()?,
+        gateway: w.gateway.map(procfs::proc_cpu).transpose()?,
         mock: procfs::cpu_ticks(w.mock).unwrap_or(0),
         me: procfs::cpu_ticks(std::process::id()).unwrap_or(0),
         gw_core: w.cores.and_then(|(g, _)| procfs::cpu_times(g)),

@@ -3,8 +3,30 @@
 
 use anyhow::{bail, Context, Result};
 
-/// utime + stime of a process (all its threads), in clock ticks, from `/proc/PID/stat`.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Result<u64> {
+/// CPU time of a process (all its threads), in clock ticks: user space and kernel apart, because
+/// PGO and BOLT only change the former.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcCpu {
+    pub user: u64,
+    pub system: u64,
+}
+
+impl ProcCpu {
+    pub fn total(self) -> u64 {
+        self.user + self.system
+    }
+
+    /// Ticks spent since `earlier`.
+    pub fn since(self, earlier: ProcCpu) -> ProcCpu {
+        ProcCpu {
+            user: self.user.saturating_sub(earlier.user),
+            system: self.system.saturating_sub(earlier.system),
+        }
+    }
+}
+
+/// utime and stime of a process from `/proc/PID/stat`.
+pub fn parse_stat_cpu(stat: &str) -> Result<ProcCpu> {
     // `pid (comm) state ppid ...`; comm may contain spaces and parentheses, so split after the
     // last ')'. Field 3 (state) is then index 0; utime is field 14, stime field 15.
     let rest = stat
@@ -17,7 +39,10 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Result<u64> {
     }
     let utime: u64 = fields[11].parse().context("/proc/PID/stat: utime")?;
     let stime: u64 = fields[12].parse().context("/proc/PID/stat: stime")?;
-    Ok(utime + stime)
+    Ok(ProcCpu {
+        user: utime,
+        system: stime,
+    })
 }
 
 /// The nice value (field 19) from `/proc/PID/stat`.
@@ -35,10 +60,14 @@ pub fn nice_of_thread() -> Option<i64> {
     parse_stat_nice(&std::fs::read_to_string("/proc/thread-self/stat").ok()?)
 }
 
-pub fn cpu_ticks(pid: u32) -> Result<u64> {
+pub fn proc_cpu(pid: u32) -> Result<ProcCpu> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    parse_stat_cpu_ticks(&text)
+    parse_stat_cpu(&text)
+}
+
+pub fn cpu_ticks(pid: u32) -> Result<u64> {
+    proc_cpu(pid).map(ProcCpu::total)
 }
 
 pub fn clock_ticks_per_sec() -> u64 {
@@ -202,12 +231,30 @@ mod tests {
         // comm with a space and a ')' in it; utime 1234, stime 56.
         let stat = "4242 (gate way) x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 1234 56 0 0 20 0 \
                     3 0 100 123456 789 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0";
-        assert_eq!(parse_stat_cpu_ticks(stat).unwrap(), 1290);
+        assert_eq!(parse_stat_cpu(stat).unwrap().total(), 1290);
+        assert_eq!(
+            parse_stat_cpu(stat).unwrap(),
+            ProcCpu {
+                user: 1234,
+                system: 56
+            }
+        );
+        let later = ProcCpu {
+            user: 1300,
+            system: 60,
+        };
+        assert_eq!(
+            later.since(parse_stat_cpu(stat).unwrap()),
+            ProcCpu {
+                user: 66,
+                system: 4
+            }
+        );
         assert_eq!(parse_stat_nice(stat), Some(0));
         let niced = stat.replace(" 20 0 3 0 ", " 39 19 3 0 ");
         assert_eq!(parse_stat_nice(&niced), Some(19));
-        assert!(parse_stat_cpu_ticks("1 (x) S 1 2").is_err());
-        assert!(parse_stat_cpu_ticks("no paren").is_err());
+        assert!(parse_stat_cpu("1 (x) S 1 2").is_err());
+        assert!(parse_stat_cpu("no paren").is_err());
     }
 
     #[test]

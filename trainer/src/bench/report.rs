@@ -71,6 +71,9 @@ pub struct Leg {
     pub window: Window,
     /// Gateway CPU time (utime + stime) over the window divided by the window's requests.
     pub cpu_us_per_req: f64,
+    /// The user-space part of it (utime): the only part PGO and BOLT can change; the rest is the
+    /// kernel's loopback TCP work, the same for every binary.
+    pub user_us_per_req: f64,
     /// Gateway CPU time over the window as a share of one core (100 = saturated).
     pub gateway_cpu_pct: f64,
     /// VmHWM of the gateway at the end of the window.
@@ -127,6 +130,8 @@ pub struct Delta {
     pub cpu_us_per_leg_pct: Vec<f64>,
     pub rps_median_pct: f64,
     pub cpu_us_median_pct: f64,
+    /// Per-leg median delta of user-space CPU per request (informational: no verdict).
+    pub user_us_median_pct: f64,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -138,6 +143,7 @@ pub struct Summary {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub cpu_us_per_req: f64,
+    pub user_us_per_req: f64,
     pub peak_rss_kib: u64,
     /// Against the baseline, drift-corrected; `None` for the baseline itself.
     pub delta: Option<Delta>,
@@ -202,6 +208,7 @@ pub fn summarize(report: &mut Report) {
     let b_p50 = col(&base, |l| l.window.p50_ms);
     let b_p99 = col(&base, |l| l.window.p99_ms);
     let b_cpu = col(&base, |l| l.cpu_us_per_req);
+    let b_user = col(&base, |l| l.user_us_per_req);
     let bands = Bands {
         rps_pct: stats::noise_band_pct(&b_rps, floor),
         p50_pct: stats::noise_band_pct(&b_p50, floor),
@@ -230,6 +237,7 @@ pub fn summarize(report: &mut Report) {
         let p50 = col(&legs, |l| l.window.p50_ms);
         let p99 = col(&legs, |l| l.window.p99_ms);
         let cpu = col(&legs, |l| l.cpu_us_per_req);
+        let user = col(&legs, |l| l.user_us_per_req);
         let delta = (bin.role != "baseline").then(|| {
             let rps_pct = stats::bracketed_delta_pct(&b_rps, &rps);
             let cpu_pct = stats::bracketed_delta_pct(&b_cpu, &cpu);
@@ -244,6 +252,7 @@ pub fn summarize(report: &mut Report) {
                 cpu_us_median_pct: stats::median(&stats::per_leg_deltas_pct(&b_cpu, &cpu)),
                 rps_per_leg_pct: stats::per_leg_deltas_pct(&b_rps, &rps),
                 cpu_us_per_leg_pct: stats::per_leg_deltas_pct(&b_cpu, &cpu),
+                user_us_median_pct: stats::median(&stats::per_leg_deltas_pct(&b_user, &user)),
             }
         });
         summaries.push(Summary {
@@ -254,6 +263,7 @@ pub fn summarize(report: &mut Report) {
             p50_ms: stats::mean(&p50),
             p99_ms: stats::mean(&p99),
             cpu_us_per_req: stats::mean(&cpu),
+            user_us_per_req: stats::mean(&user),
             peak_rss_kib: legs.iter().map(|l| l.peak_rss_kib).max().unwrap_or(0),
             delta,
         });
@@ -389,13 +399,14 @@ pub fn render_table(r: &Report) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:>3}  {:<12} {:>9} {:>8} {:>8} {:>11} {:>7} {:>9} {:>6} {:>7} {:>9} {:>9}",
+        "{:>3}  {:<12} {:>9} {:>8} {:>8} {:>11} {:>8} {:>7} {:>9} {:>6} {:>7} {:>9} {:>9}",
         "leg",
         "binary",
         "rps",
         "p50 ms",
         "p99 ms",
         "cpu us/req",
+        "user us",
         "gw cpu",
         "RSS MiB",
         "failed",
@@ -407,13 +418,14 @@ pub fn render_table(r: &Report) -> String {
     for l in &r.legs {
         let _ = writeln!(
             out,
-            "{:>3}  {:<12} {:>9.0} {:>8.3} {:>8.3} {:>11.2} {:>6.0}% {:>9.1} {:>6} {:>7} {:>9} {:>9}",
+            "{:>3}  {:<12} {:>9.0} {:>8.3} {:>8.3} {:>11.2} {:>8.2} {:>6.0}% {:>9.1} {:>6} {:>7} {:>9} {:>9}",
             l.index,
             trunc(&l.label, 12),
             l.window.rps,
             l.window.p50_ms,
             l.window.p99_ms,
             l.cpu_us_per_req,
+            l.user_us_per_req,
             l.gateway_cpu_pct,
             l.peak_rss_kib as f64 / 1024.0,
             l.window.failed + l.window.failed_outside_window,
@@ -446,17 +458,18 @@ pub fn render_table(r: &Report) -> String {
         let _ =
             writeln!(
             out,
-            "{:<12} {:>4} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>8} {:>8}  verdict (rps)",
+            "{:<12} {:>4} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11} {:>8} {:>8} {:>8} {:>8}  verdict (rps)",
             "binary", "legs", "rps", "Δrps", "p50 ms", "Δp50", "p99 ms", "Δp99", "cpu us/req",
-            "Δcpu", "RSS MiB"
+            "Δcpu", "user us", "Δuser", "RSS MiB"
         );
         for sm in &r.summaries {
-            let (dr, d50, d99, dc, v) = match &sm.delta {
+            let (dr, d50, d99, dc, du, v) = match &sm.delta {
                 Some(d) => (
                     pct(d.rps_pct),
                     pct(d.p50_pct),
                     pct(d.p99_pct),
                     pct(d.cpu_us_pct),
+                    pct(d.user_us_median_pct),
                     format!(
                         "{} (per-leg median {} rps, {} cpu)",
                         verdict_word(d.rps),
@@ -469,12 +482,13 @@ pub fn render_table(r: &Report) -> String {
                     "".into(),
                     "".into(),
                     "".into(),
+                    "".into(),
                     "baseline".into(),
                 ),
             };
             let _ = writeln!(
                 out,
-                "{:<12} {:>4} {:>9.0} {:>8} {:>8.3} {:>8} {:>8.3} {:>8} {:>11.2} {:>8} {:>8.1}  {}",
+                "{:<12} {:>4} {:>9.0} {:>8} {:>8.3} {:>8} {:>8.3} {:>8} {:>11.2} {:>8} {:>8.2} {:>8} {:>8.1}  {}",
                 trunc(&sm.label, 12),
                 sm.legs,
                 sm.rps,
@@ -485,6 +499,8 @@ pub fn render_table(r: &Report) -> String {
                 d99,
                 sm.cpu_us_per_req,
                 dc,
+                sm.user_us_per_req,
+                du,
                 sm.peak_rss_kib as f64 / 1024.0,
                 v
             );
@@ -567,6 +583,7 @@ pub fn synthetic(legs: &[(&str, f64, f64)], rig_rps: f64) -> Report {
                 ..Default::default()
             },
             cpu_us_per_req: *cpu,
+            user_us_per_req: *cpu / 3.0,
             gateway_cpu_pct: 100.0,
             peak_rss_kib: 10_000,
             listeners: 1,
@@ -646,6 +663,13 @@ mod tests {
         assert_eq!(d.cpu_us, Verdict::Better);
         assert_eq!(d.rps_per_leg_pct.len(), 2);
         assert!((d.rps_median_pct - 20.0).abs() < 1e-9);
+        // Synthetic legs spend a third of their CPU in user space: the same -15%.
+        assert!(
+            (d.user_us_median_pct + 15.0).abs() < 1e-9,
+            "{}",
+            d.user_us_median_pct
+        );
+        assert!((pgo.user_us_per_req - 85.0 / 3.0).abs() < 1e-9);
         assert!(r.summaries[0].delta.is_none());
         let rig = r.rig_floor.as_ref().unwrap();
         assert!((rig.headroom_x - 5000.0 / 1203.0).abs() < 1e-9);
@@ -653,6 +677,10 @@ mod tests {
         assert!(r.flags.is_empty());
         let table = render_table(&r);
         assert!(table.contains("+20.0%"), "{table}");
+        assert!(
+            table.contains("user us") && table.contains("-15.0%"),
+            "{table}"
+        );
         assert!(table.contains("batch: valid"));
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["summaries"][1]["delta"]["rps"], "better");
