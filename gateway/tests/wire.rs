@@ -631,6 +631,64 @@ fn responses_to_messages_request_translation() {
 }
 
 #[test]
+fn images_reach_the_other_dialects_upstream_and_untranslatable_parts_are_refused() {
+    let (up, gw) = capture(canned);
+    // Chat client, Anthropic upstream: a data URL becomes a base64 source.
+    let r = post(
+        gw.addr,
+        "/v1/chat/completions",
+        &json!({"model": "claude", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is it?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}}]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (_, body) = up.requests.recv().unwrap();
+    let u: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        u["messages"][0]["content"][1],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}})
+    );
+    // Messages client, OpenAI upstream: a url source becomes an image_url part.
+    let r = post(
+        gw.addr,
+        "/v1/messages",
+        &json!({"model": "gpt", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+            {"type": "text", "text": "and this?"}]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (_, body) = up.requests.recv().unwrap();
+    let u: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        u["messages"][0]["content"],
+        json!([{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}},
+               {"type": "text", "text": "and this?"}])
+    );
+    // A part with no translation: a 400 in the client's dialect naming it; nothing goes upstream.
+    let r = post(
+        gw.addr,
+        "/v1/messages",
+        &json!({"model": "gpt", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(assert_error_shape("/v1/messages", &r).contains("\"document\""));
+    let r = post(
+        gw.addr,
+        "/v1/chat/completions",
+        &json!({"model": "claude", "messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(assert_error_shape("/v1/chat/completions", &r).contains("\"input_audio\""));
+    assert!(
+        up.requests.try_recv().is_err(),
+        "a refused request reached the upstream"
+    );
+    assert_eq!(gw.terminate(), Some(0));
+}
+
+#[test]
 fn native_route_rewrites_only_the_model() {
     let (up, gw) = capture(canned);
     let body = br#"{"messages":[{"role":"user","content":"x"}],"model":"gpt","zz_unknown":{"keep":[1,2.50,"\u00e9"]}}"#;

@@ -341,3 +341,46 @@ def test_responses_stream_helper_tool(openai_client, model):
         final = s.get_final_response()
     call = next(o for o in final.output if o.type == "function_call")
     assert json.loads(call.arguments) == {"city":"Paris"}
+
+
+# ---- images, through every dialect to both upstream kinds ----
+
+# A 1x1 PNG.
+PNG_B64 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg==")
+PNG_DATA_URL = f"data:image/png;base64,{PNG_B64}"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_with_image(openai_client, model):
+    r = openai_client.chat.completions.create(model=model, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "What is this? [[mock:frames:2]]"},
+        {"type": "image_url", "image_url": {"url": PNG_DATA_URL, "detail": "low"}}]}])
+    assert r.choices[0].message.content == expected(2)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_messages_with_image(anthropic_client, model):
+    m = anthropic_client.messages.create(model=model, max_tokens=16, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
+        {"type": "text", "text": "What are these? [[mock:frames:2]]"}]}])
+    assert m.content[0].text == expected(2)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_responses_with_image(openai_client, model):
+    r = openai_client.responses.create(model=model, input=[{"role": "user", "content": [
+        {"type": "input_text", "text": "What is this? [[mock:frames:2]]"},
+        {"type": "input_image", "image_url": PNG_DATA_URL, "detail": "auto"}]}])
+    assert r.output_text == expected(2)
+
+
+def test_untranslatable_part_is_a_dialect_error(anthropic_client, openai_client):
+    import anthropic
+    import openai
+    with pytest.raises(anthropic.BadRequestError, match="document"):
+        anthropic_client.messages.create(model="gpt", max_tokens=8, messages=[{"role": "user", "content": [
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}])
+    with pytest.raises(openai.BadRequestError, match="input_audio"):
+        openai_client.chat.completions.create(model="claude", messages=[{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}])

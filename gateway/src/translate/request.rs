@@ -62,9 +62,25 @@ pub enum Args<'a> {
     Obj(&'a str),
 }
 
+/// An image in a user turn. Both upstream dialects take images by URL and inline (base64), so
+/// every form a client can send by value translates; images by file id cannot (the upstream
+/// cannot see another provider's files) and are refused at decoding.
+#[derive(Debug)]
+pub enum Image<'a> {
+    /// A URL literal as the client wrote it: `http(s)://…`, or `data:<type>;base64,<data>`
+    /// (checked at decoding, so the encoders can split it).
+    Url(Text<'a>),
+    /// Anthropic's base64 source, as literals.
+    Base64 {
+        media_type: Text<'a>,
+        data: Text<'a>,
+    },
+}
+
 #[derive(Debug)]
 pub enum Part<'a> {
     Text(Text<'a>),
+    Image(Image<'a>),
     ToolCall {
         id: Text<'a>,
         name: Text<'a>,
@@ -150,41 +166,132 @@ fn object<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Option<&'a str>, 
     }
 }
 
+/// A content part of OpenAI's dialects: chat (`text`, `image_url`, `refusal`, …) and Responses
+/// (`input_text`, `output_text`, `input_image`, …).
 #[derive(Deserialize)]
 struct ContentPart<'a> {
     #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     text: Option<&'a RawValue>,
+    /// Chat: `{"url": …}`; Responses: the URL itself.
+    #[serde(default, borrow)]
+    image_url: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    refusal: Option<&'a RawValue>,
 }
 
-/// Text of a content value that is a string, null, or an array of `{type, text}` parts (parts
-/// without text, such as images, are dropped: they have no translation).
-fn texts<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Vec<Text<'a>>, GwError> {
+#[derive(Deserialize)]
+struct ChatImageUrl<'a> {
+    #[serde(borrow)]
+    url: &'a RawValue,
+}
+
+/// `data:<media type>;base64,<data>` → (media type, data).
+fn split_data_url(url: &str) -> Option<(&str, &str)> {
+    let (media_type, data) = url.strip_prefix("data:")?.split_once(',')?;
+    let media_type = media_type.strip_suffix(";base64")?;
+    (!media_type.is_empty() && !data.is_empty()).then_some((media_type, data))
+}
+
+/// An image URL as a client sent it: http(s), or a base64 data URL the encoders can split.
+fn image_url<'a>(raw: &'a RawValue, what: &str) -> Result<Image<'a>, GwError> {
+    let t = lit(raw, what)?;
+    let url = t.decode();
+    let ok = if url.starts_with("data:") {
+        split_data_url(&url).is_some()
+    } else {
+        url.starts_with("https://") || url.starts_with("http://")
+    };
+    if !ok {
+        return Err(bad(format!(
+            "{what} must be an http(s) URL or a data:<media type>;base64,<data> URL"
+        )));
+    }
+    Ok(Image::Url(t))
+}
+
+/// Why a part of this kind has no translation: said to the client rather than dropped.
+fn untranslatable(what: &str, kind: &str) -> GwError {
+    bad(format!(
+        "{what}: a content part of type {kind:?} cannot be translated to this model's upstream \
+         dialect"
+    ))
+}
+
+/// Parts of a content value that is a string, null, or an array of OpenAI content parts. Images
+/// are taken only where `images` (user turns); any other part without a translation is refused
+/// with a 400 naming it, never dropped.
+fn parts<'a>(
+    raw: Option<&'a RawValue>,
+    what: &str,
+    images: bool,
+) -> Result<Vec<Part<'a>>, GwError> {
     let Some(raw) = raw else {
         return Ok(Vec::new());
     };
     let s = raw.get();
     match s.as_bytes().first() {
-        Some(b'"') => Ok(vec![Text::Lit(s)]),
+        Some(b'"') => Ok(vec![Part::Text(Text::Lit(s))]),
         Some(b'n') => Ok(Vec::new()),
         Some(b'[') => {
-            let parts: Vec<ContentPart<'a>> =
+            let list: Vec<ContentPart<'a>> =
                 serde_json::from_str(s).map_err(|e| bad(format!("{what}: {e}")))?;
-            let mut out = Vec::with_capacity(parts.len());
-            for p in parts {
-                let is_text = matches!(
-                    p.kind.as_deref(),
-                    None | Some("text" | "input_text" | "output_text")
-                );
-                if let (true, Some(t)) = (is_text, p.text) {
-                    out.push(lit(t, what)?);
+            let mut out = Vec::with_capacity(list.len());
+            for p in list {
+                let kind = p.kind.as_deref();
+                match kind {
+                    None | Some("text" | "input_text" | "output_text") => {
+                        if let Some(t) = p.text {
+                            out.push(Part::Text(lit(t, what)?));
+                        }
+                    }
+                    Some("refusal") => {
+                        if let Some(t) = p.refusal {
+                            out.push(Part::Text(lit(t, what)?));
+                        }
+                    }
+                    Some(k @ ("image_url" | "input_image")) => {
+                        if !images {
+                            return Err(bad(format!(
+                                "{what}: images are translated only in user messages"
+                            )));
+                        }
+                        let url = match p.image_url {
+                            Some(u) if u.get().starts_with('{') => {
+                                let u: ChatImageUrl = serde_json::from_str(u.get())
+                                    .map_err(|e| bad(format!("{what}: image_url: {e}")))?;
+                                u.url
+                            }
+                            Some(u) => u,
+                            None => {
+                                return Err(bad(format!(
+                                    "{what}: an {k} part needs an image_url (images by file id \
+                                     cannot be translated: the upstream cannot see those files)"
+                                )))
+                            }
+                        };
+                        out.push(Part::Image(image_url(url, &format!("{what}: image_url"))?));
+                    }
+                    Some(k) => return Err(untranslatable(what, k)),
                 }
             }
             Ok(out)
         }
         _ => Err(bad(format!("{what} must be a string or an array"))),
     }
+}
+
+/// Text of a content value where only text can go (system prompts, tool results, assistant
+/// turns): any other part is refused with a 400 naming it.
+fn texts<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Vec<Text<'a>>, GwError> {
+    Ok(parts(raw, what, false)?
+        .into_iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t),
+            _ => None,
+        })
+        .collect())
 }
 
 fn role_of(s: &str, what: &str) -> Result<Role, GwError> {
@@ -343,12 +450,11 @@ pub fn decode_chat(body: &[u8]) -> Result<Request<'_>, GwError> {
         match &*m.role {
             "system" | "developer" => r.system.extend(texts(m.content, "system content")?),
             "user" => {
-                let t = texts(m.content, "user content")?;
                 // Keep one turn per client message: two user messages in a row stay two turns
                 // for a chat upstream (merging happens only where the target requires it).
                 r.messages.push(Message {
                     role: Role::User,
-                    parts: t.into_iter().map(Part::Text).collect(),
+                    parts: parts(m.content, "user content", true)?,
                 });
             }
             "assistant" => {
@@ -466,6 +572,42 @@ struct MsgBlock<'a> {
     content: Option<&'a RawValue>,
     #[serde(default)]
     is_error: Option<bool>,
+    #[serde(default, borrow)]
+    source: Option<ImageSource<'a>>,
+}
+
+/// An Anthropic image block's `source`.
+#[derive(Deserialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    media_type: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    url: Option<&'a RawValue>,
+}
+
+fn anthropic_image<'a>(source: Option<ImageSource<'a>>) -> Result<Image<'a>, GwError> {
+    let s = source.ok_or_else(|| bad("image block without a source"))?;
+    match &*s.kind {
+        "base64" => match (s.media_type, s.data) {
+            (Some(m), Some(d)) => Ok(Image::Base64 {
+                media_type: lit(m, "image source media_type")?,
+                data: lit(d, "image source data")?,
+            }),
+            _ => Err(bad("a base64 image source needs media_type and data")),
+        },
+        "url" => image_url(
+            s.url.ok_or_else(|| bad("a url image source needs a url"))?,
+            "image source url",
+        ),
+        other => Err(bad(format!(
+            "an image source of type {other:?} cannot be translated to this model's upstream \
+             dialect (only base64 and url sources can)"
+        ))),
+    }
 }
 
 #[derive(Deserialize)]
@@ -515,8 +657,18 @@ pub fn decode_messages(body: &[u8]) -> Result<Request<'_>, GwError> {
                         content: texts(b.content, "tool_result content")?,
                         is_error: b.is_error.unwrap_or(false),
                     }),
-                    // Images, documents, thinking: no translation; dropped.
-                    _ => {}
+                    "image" if role == Role::User => {
+                        parts.push(Part::Image(anthropic_image(b.source)?))
+                    }
+                    "image" => {
+                        return Err(bad(
+                            "messages content: images are translated only in user turns",
+                        ))
+                    }
+                    // The model's own reasoning: opaque to, and not accepted by, another
+                    // provider; an upstream of the other dialect reasons afresh.
+                    "thinking" | "redacted_thinking" => {}
+                    other => return Err(untranslatable("messages content", other)),
                 }
             }
         } else {
@@ -608,19 +760,18 @@ pub fn decode_responses(body: &[u8]) -> Result<Request<'_>, GwError> {
             serde_json::from_str(input).map_err(|e| bad(format!("input: {e}")))?;
         for it in items {
             match it.kind.as_deref().unwrap_or("message") {
-                "message" => {
-                    let t = texts(it.content, "input content")?;
-                    match it.role.as_deref() {
-                        Some("system" | "developer") => r.system.extend(t),
-                        Some(role) => {
-                            let role = role_of(role, "input")?;
-                            for t in t {
-                                r.push(role, Part::Text(t));
-                            }
-                        }
-                        None => return Err(bad("input: every message needs a role")),
+                "message" => match it.role.as_deref() {
+                    Some("system" | "developer") => {
+                        r.system.extend(texts(it.content, "input content")?)
                     }
-                }
+                    Some(role) => {
+                        let role = role_of(role, "input")?;
+                        for p in parts(it.content, "input content", role == Role::User)? {
+                            r.push(role, p);
+                        }
+                    }
+                    None => return Err(bad("input: every message needs a role")),
+                },
                 "function_call" => r.push(
                     Role::Assistant,
                     Part::ToolCall {
@@ -639,8 +790,15 @@ pub fn decode_responses(body: &[u8]) -> Result<Request<'_>, GwError> {
                         is_error: false,
                     },
                 ),
-                // Reasoning items and built-in tool calls have no equivalent upstream.
-                _ => {}
+                // The model's earlier reasoning: not accepted by another provider.
+                "reasoning" => {}
+                // Built-in tool calls, item references (stored on OpenAI's side), …
+                other => {
+                    return Err(bad(format!(
+                        "input: an item of type {other:?} cannot be translated to this model's \
+                         upstream dialect"
+                    )))
+                }
             }
         }
     } else {
@@ -714,13 +872,16 @@ fn array<T>(out: &mut BytesMut, items: &[T], mut each: impl FnMut(&mut BytesMut,
     out.extend_from_slice(b"]");
 }
 
+/// `{"type":"text","text":…}`, a text part as both dialects write it.
+fn text_part(out: &mut BytesMut, t: &Text) {
+    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+    t.write(out);
+    out.extend_from_slice(b"}");
+}
+
 /// `[{"type":"text","text":…},…]`, the content-part form both dialects accept.
 fn text_parts(out: &mut BytesMut, texts: &[&Text]) {
-    array(out, texts, |out, t| {
-        out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-        t.write(out);
-        out.extend_from_slice(b"}");
-    });
+    array(out, texts, |out, t| text_part(out, t));
 }
 
 /// A content value: one text as a plain string, several as text parts, none as "".
@@ -730,6 +891,48 @@ fn content(out: &mut BytesMut, texts: &[&Text]) {
         [one] => one.write(out),
         many => text_parts(out, many),
     }
+}
+
+/// A chat `image_url` part.
+fn chat_image(out: &mut BytesMut, img: &Image) {
+    out.extend_from_slice(b"{\"type\":\"image_url\",\"image_url\":{\"url\":");
+    match img {
+        Image::Url(t) => t.write(out),
+        Image::Base64 { media_type, data } => write_str(
+            out,
+            &format!("data:{};base64,{}", media_type.decode(), data.decode()),
+        ),
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// An Anthropic `image` block: data URLs become base64 sources.
+fn anthropic_image_block(out: &mut BytesMut, img: &Image) {
+    out.extend_from_slice(b"{\"type\":\"image\",\"source\":");
+    match img {
+        Image::Url(t) => {
+            let url = t.decode();
+            match split_data_url(&url) {
+                Some((media_type, data)) => {
+                    out.extend_from_slice(b"{\"type\":\"base64\",\"media_type\":");
+                    write_str(out, media_type);
+                    out.extend_from_slice(b",\"data\":");
+                    write_str(out, data);
+                }
+                None => {
+                    out.extend_from_slice(b"{\"type\":\"url\",\"url\":");
+                    t.write(out);
+                }
+            }
+        }
+        Image::Base64 { media_type, data } => {
+            out.extend_from_slice(b"{\"type\":\"base64\",\"media_type\":");
+            media_type.write(out);
+            out.extend_from_slice(b",\"data\":");
+            data.write(out);
+        }
+    }
+    out.extend_from_slice(b"}}");
 }
 
 const EMPTY_SCHEMA: &[u8] = b"{\"type\":\"object\",\"properties\":{}}";
@@ -800,7 +1003,23 @@ pub fn encode_chat(r: &Request, model_json: &[u8]) -> Bytes {
                         msgs.extend_from_slice(b"}");
                     }
                 }
-                if !texts.is_empty() {
+                let with_images = m.parts.iter().any(|p| matches!(p, Part::Image(_)));
+                if with_images {
+                    // Text and images in the client's order, as content parts.
+                    let items: Vec<&Part> = m
+                        .parts
+                        .iter()
+                        .filter(|p| matches!(p, Part::Text(_) | Part::Image(_)))
+                        .collect();
+                    sep(msgs);
+                    msgs.extend_from_slice(b"{\"role\":\"user\",\"content\":");
+                    array(msgs, &items, |out, p| match p {
+                        Part::Text(t) => text_part(out, t),
+                        Part::Image(img) => chat_image(out, img),
+                        _ => {}
+                    });
+                    msgs.extend_from_slice(b"}");
+                } else if !texts.is_empty() {
                     sep(msgs);
                     msgs.extend_from_slice(b"{\"role\":\"user\",\"content\":");
                     content(msgs, &texts);
@@ -922,11 +1141,8 @@ pub fn encode_messages(r: &Request, model_json: &[u8]) -> Bytes {
             Role::Assistant => b"{\"role\":\"assistant\",\"content\":",
         });
         array(out, parts, |out, p| match p {
-            Part::Text(t) => {
-                out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
-                t.write(out);
-                out.extend_from_slice(b"}");
-            }
+            Part::Text(t) => text_part(out, t),
+            Part::Image(img) => anthropic_image_block(out, img),
             Part::ToolCall { id, name, args } => {
                 out.extend_from_slice(b"{\"type\":\"tool_use\",\"id\":");
                 id.write(out);
@@ -1008,7 +1224,7 @@ mod tests {
     fn chat_to_messages_keeps_literals_and_shapes_tools() {
         let body = br#"{"model":"x","messages":[
             {"role":"system","content":"s\u00e9 \"q\""},
-            {"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{}},{"type":"text","text":"b"}]},
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"text","text":"b"}]},
             {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"k\":[1,2]}"}},
                                                              {"id":"c2","type":"function","function":{"name":"g","arguments":"not json"}}]},
             {"role":"tool","tool_call_id":"c1","content":"r1"},
@@ -1026,7 +1242,9 @@ mod tests {
         assert_eq!(msgs.len(), 3);
         assert_eq!(
             msgs[0]["content"],
-            json!([{"type":"text","text":"a"},{"type":"text","text":"b"}])
+            json!([{"type":"text","text":"a"},
+                   {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},
+                   {"type":"text","text":"b"}])
         );
         assert_eq!(msgs[1]["content"][0]["input"], json!({"k": [1, 2]}));
         assert_eq!(
@@ -1061,6 +1279,116 @@ mod tests {
         assert_eq!(c["tool_choice"], "required");
         assert_eq!(c["stream_options"], json!({"include_usage": true}));
         assert_eq!(c["max_tokens"], 9);
+    }
+
+    #[test]
+    fn images_cross_in_both_directions() {
+        // Anthropic → chat: a base64 source becomes a data URL, a url source stays a URL; the
+        // client's order of text and images is kept, and a thinking block is left out.
+        let body = br#"{"model":"x","max_tokens":9,"messages":[
+            {"role":"user","content":[
+                {"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQ"}},
+                {"type":"text","text":"what is this?"},
+                {"type":"image","source":{"type":"url","url":"https://example.com/cat.png"}}]},
+            {"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"a cat"}]}]}"#;
+        let c = v(&encode_chat(&decode_messages(body).unwrap(), br#""up""#));
+        assert_eq!(
+            c["messages"][0]["content"],
+            json!([{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}},
+                   {"type":"text","text":"what is this?"},
+                   {"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}])
+        );
+        assert_eq!(c["messages"][1]["content"], "a cat");
+
+        // Responses → Anthropic: input_image by URL (a string there, not an object).
+        let body = br#"{"model":"x","input":[{"role":"user","content":[
+            {"type":"input_text","text":"describe"},
+            {"type":"input_image","image_url":"https://example.com/a.webp","detail":"low"}]}]}"#;
+        let m = v(&encode_messages(
+            &decode_responses(body).unwrap(),
+            br#""up""#,
+        ));
+        assert_eq!(
+            m["messages"][0]["content"][1],
+            json!({"type":"image","source":{"type":"url","url":"https://example.com/a.webp"}})
+        );
+
+        // Responses → chat: an inline image stays a data URL.
+        let body = br#"{"model":"x","input":[{"role":"user","content":[
+            {"type":"input_image","image_url":"data:image/gif;base64,R0lGOD"}]}]}"#;
+        let c = v(&encode_chat(&decode_responses(body).unwrap(), br#""up""#));
+        assert_eq!(
+            c["messages"][0]["content"],
+            json!([{"type":"image_url","image_url":{"url":"data:image/gif;base64,R0lGOD"}}])
+        );
+    }
+
+    #[test]
+    fn parts_without_a_translation_are_refused_not_dropped() {
+        let chat = |content: &str| {
+            let body =
+                format!(r#"{{"model":"x","messages":[{{"role":"user","content":{content}}}]}}"#);
+            decode_chat(body.as_bytes())
+                .map(|_| ())
+                .unwrap_err()
+                .message
+        };
+        assert!(
+            chat(r#"[{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}]"#)
+                .contains("\"input_audio\"")
+        );
+        assert!(chat(r#"[{"type":"file","file":{"file_id":"f1"}}]"#).contains("\"file\""));
+        assert!(
+            chat(r#"[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]"#)
+                .contains("http(s) URL")
+        );
+        assert!(
+            chat(r#"[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]"#)
+                .contains("base64")
+        );
+        let assistant_image = br#"{"model":"x","messages":[{"role":"assistant","content":[
+            {"type":"image_url","image_url":{"url":"https://e.com/i.png"}}]}]}"#;
+        assert!(decode_chat(assistant_image).is_err());
+        let by_file_id = br#"{"model":"x","input":[{"role":"user","content":[
+            {"type":"input_image","file_id":"file-1"}]}]}"#;
+        let stored = br#"{"model":"x","input":[{"type":"item_reference","id":"msg_1"}]}"#;
+        assert!(decode_responses(stored)
+            .unwrap_err()
+            .message
+            .contains("\"item_reference\""));
+        let reasoning = br#"{"model":"x","input":[{"type":"reasoning","id":"rs_1","summary":[]},
+            {"role":"user","content":"hi"}]}"#;
+        assert_eq!(decode_responses(reasoning).unwrap().messages.len(), 1);
+        assert!(decode_responses(by_file_id)
+            .unwrap_err()
+            .message
+            .contains("file id"));
+        let msgs = |content: &str| {
+            let body = format!(
+                r#"{{"model":"x","max_tokens":1,"messages":[{{"role":"user","content":{content}}}]}}"#
+            );
+            decode_messages(body.as_bytes())
+                .map(|_| ())
+                .unwrap_err()
+                .message
+        };
+        assert!(msgs(
+            r#"[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]"#
+        )
+        .contains("\"document\""));
+        assert!(
+            msgs(r#"[{"type":"image","source":{"type":"file","file_id":"f"}}]"#)
+                .contains("\"file\"")
+        );
+        assert!(
+            msgs(r#"[{"type":"image","source":{"type":"base64","data":"AA=="}}]"#)
+                .contains("media_type")
+        );
+        // Tool results carry text only across dialects.
+        assert!(msgs(
+            r#"[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"https://e.com/i.png"}}]}]"#
+        )
+        .contains("tool_result content"));
     }
 
     #[test]
