@@ -78,6 +78,8 @@ pub struct Listen {
     pub header_timeout: Duration,
     pub metrics: Option<crate::metrics::MetricsConfig>,
     pub access_log: crate::access_log::AccessLogConfig,
+    /// TLS for https upstreams (built-in roots plus `upstream_ca_files`).
+    pub upstream_tls: Arc<rustls::ClientConfig>,
 }
 
 pub struct Config {
@@ -109,6 +111,8 @@ const KNOWN_TOP: &[&str] = &[
     "timeouts",
     "limits_body_bytes",
     "drain_ms",
+    "max_connections",
+    "upstream_ca_files",
     "keys",
     "limits",
     "metrics",
@@ -246,6 +250,20 @@ impl Checker {
             .unwrap_or(4 << 20) as usize;
         let drain_ms = self.positive(top, "drain_ms", "$").unwrap_or(30_000);
         let max_connections = self.positive(top, "max_connections", "$").unwrap_or(16_384) as usize;
+        let ca_files: Vec<String> = match top.get("upstream_ca_files") {
+            None => Vec::new(),
+            Some(Value::Array(a)) if a.iter().all(Value::is_string) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect(),
+            Some(_) => {
+                self.err("$.upstream_ca_files", "must be an array of PEM file paths");
+                Vec::new()
+            }
+        };
+        let upstream_tls = crate::tls::client_config(&ca_files)
+            .map_err(|e| self.err("$.upstream_ca_files", e))
+            .ok();
 
         let mut providers: HashMap<String, Arc<Provider>> = HashMap::new();
         match top.get("providers") {
@@ -336,6 +354,7 @@ impl Checker {
         );
 
         let addr = addr?;
+        let upstream_tls = upstream_tls?;
         let mut names: Vec<&String> = routes.keys().collect();
         names.sort();
         let data: Vec<Value> = names
@@ -365,6 +384,7 @@ impl Checker {
                 header_timeout: Duration::from_millis(header_ms),
                 metrics,
                 access_log,
+                upstream_tls,
             },
             snapshot: Snapshot {
                 routes,
@@ -396,10 +416,10 @@ impl Checker {
         };
         let base = self.string(o, "base_url", path).and_then(|b| {
             let b = b.trim_end_matches('/');
-            if !b.starts_with("http://") {
+            if !(b.starts_with("http://") || b.starts_with("https://")) {
                 self.err(
                     format!("{path}.base_url"),
-                    "must be an http:// URL (TLS upstreams are not supported)",
+                    "must be an http:// or https:// URL",
                 );
                 return None;
             }
@@ -476,13 +496,24 @@ mod tests {
     #[test]
     fn reports_every_error_with_path() {
         let cfg = br#"{"listen":"nope","providers":{"a":{"kind":"x","base_url":"ftp://h","api_key_env":"K"}},
-                      "models":{"m":{"provider":"zz","model":"u"}}}"#;
+                      "models":{"m":{"provider":"zz","model":"u"}},
+                      "upstream_ca_files":["/nonexistent/ca.pem"]}"#;
         let errs = parse(cfg).err().unwrap();
         let paths: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
         assert!(paths.contains(&"$.listen"), "{paths:?}");
         assert!(paths.contains(&"$.providers.a.kind"), "{paths:?}");
         assert!(paths.contains(&"$.providers.a.base_url"), "{paths:?}");
         assert!(paths.contains(&"$.models.m.provider"), "{paths:?}");
+        assert!(paths.contains(&"$.upstream_ca_files"), "{paths:?}");
+        let errs = parse(
+            br#"{"listen":"127.0.0.1:0","providers":{},"models":{},"upstream_ca_files":"x.pem"}"#,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            errs.iter().any(|e| e.path == "$.upstream_ca_files"),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -497,6 +528,24 @@ mod tests {
         assert_eq!(
             r.provider.chat_uri,
             "http://127.0.0.1:9/v1/chat/completions"
+        );
+        assert!(
+            c.warnings.iter().all(|w| !w.contains("unknown key")),
+            "{:?}",
+            c.warnings
+        );
+        let https = br#"{"listen":"127.0.0.1:0","max_connections":64,
+          "providers":{"o":{"kind":"anthropic","base_url":"https://api.example.com","api_key_env":"NOPE_X"}},
+          "models":{"c":{"provider":"o","model":"m"}}}"#;
+        let c = parse(https).ok().unwrap();
+        assert_eq!(
+            c.snapshot.routes["c"].provider.messages_uri,
+            "https://api.example.com/v1/messages"
+        );
+        assert!(
+            c.warnings.iter().all(|w| !w.contains("max_connections")),
+            "max_connections is a known key: {:?}",
+            c.warnings
         );
     }
 }

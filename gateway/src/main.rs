@@ -16,6 +16,7 @@ mod proxy;
 mod server;
 mod shutdown;
 mod sse;
+mod tls;
 mod translate;
 
 use std::process::ExitCode;

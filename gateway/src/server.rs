@@ -16,6 +16,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -28,7 +29,9 @@ use crate::error::{Dialect, GwError};
 use crate::proxy;
 use crate::shutdown;
 
-pub type UpstreamClient = Client<HttpConnector, UpBody>;
+/// One pool per worker for every upstream, http and https alike (plain connections pass through
+/// the TLS connector untouched).
+pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpBody>;
 
 /// Per-worker state; never shared with another thread.
 pub struct Worker {
@@ -123,6 +126,7 @@ fn worker(
 ) -> anyhow::Result<()> {
     let drain = listen.drain_timeout;
     let max_connections = listen.max_connections_per_worker;
+    let upstream_tls = listen.upstream_tls.clone();
     // Open connections of this worker; only its own tasks touch it.
     let open = Rc::new(Cell::new(0usize));
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -134,6 +138,13 @@ fn worker(
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_keepalive(Some(Duration::from_secs(60)));
+        // The TLS connector needs the URI's scheme to reach it.
+        connector.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config((*upstream_tls).clone())
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(90))

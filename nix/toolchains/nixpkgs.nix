@@ -70,7 +70,9 @@ let
     filter =
       path: type:
       craneLib.filterCargoSources path type
-      || builtins.match ".*/shapes(/.*)?" (toString path) != null;
+      || builtins.match ".*/shapes(/.*)?" (toString path) != null
+      # TLS test certificates (gateway/tests/tls.rs).
+      || builtins.match ".*/tests/fixtures(/.*)?" (toString path) != null;
   };
 
   llvmPackages = pkgs."llvmPackages_${llvmMajor}";

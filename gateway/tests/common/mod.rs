@@ -372,7 +372,8 @@ where
     RawUpstream { addr, requests: rx }
 }
 
-fn read_request(s: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+/// One HTTP/1.1 request (head and content-length body) from any byte stream, TLS or not.
+pub fn read_request(s: &mut impl Read) -> Option<(String, Vec<u8>)> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1];
     while !buf.ends_with(b"\r\n\r\n") {
@@ -395,7 +396,7 @@ fn read_request(s: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     Some((head, body))
 }
 
-pub fn write_json(s: &mut TcpStream, status: u16, body: &Value) {
+pub fn write_json(s: &mut impl Write, status: u16, body: &Value) {
     let b = serde_json::to_vec(body).unwrap();
     let _ = write!(
         s,
