@@ -70,21 +70,16 @@ pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
 }
 
 pub fn encode_response(r: &Response, alias: &str) -> Value {
-    let mut text = String::new();
-    let mut calls = Vec::new();
-    for p in &r.content {
-        match p {
-            OutPart::Text(t) => text.push_str(t),
-            OutPart::ToolCall {
-                id,
-                name,
-                arguments,
-            } => calls.push(json!({
+    let text = r.text();
+    let calls: Vec<Value> = r
+        .calls()
+        .map(|(id, name, arguments)| {
+            json!({
                 "id": id, "type": "function",
                 "function": {"name": name, "arguments": arguments},
-            })),
-        }
-    }
+            })
+        })
+        .collect();
     let mut message = json!({
         "role": "assistant",
         "content": if text.is_empty() { Value::Null } else { text.into() },
@@ -310,9 +305,7 @@ impl Encoder for StreamEncoder {
     fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
             Event::Start { id, input_tokens } => {
-                if let Some(i) = input_tokens {
-                    self.usage.input = i;
-                }
+                self.usage.update(input_tokens, None);
                 self.start(&id);
                 self.open(out);
                 out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":\"\"}");

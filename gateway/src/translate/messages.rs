@@ -378,9 +378,7 @@ impl Encoder for StreamEncoder {
     fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
             Event::Start { id, input_tokens } => {
-                if let Some(i) = input_tokens {
-                    self.usage.input = i;
-                }
+                self.usage.update(input_tokens, None);
                 self.start(&id, out);
             }
             Event::Text(t) => {

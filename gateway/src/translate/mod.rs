@@ -74,6 +74,33 @@ pub struct Response {
     pub usage: Usage,
 }
 
+impl Response {
+    /// The text parts joined, for the dialects that carry an answer's text in one field (chat's
+    /// `message.content`, the Responses message item).
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|p| match p {
+                OutPart::Text(t) => Some(t.as_str()),
+                OutPart::ToolCall { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The tool calls as (id, name, arguments), for the dialects that list them apart from the
+    /// text.
+    pub fn calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.content.iter().filter_map(|p| match p {
+            OutPart::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.as_str(), name.as_str(), arguments.as_str())),
+            OutPart::Text(_) => None,
+        })
+    }
+}
+
 #[derive(Debug)]
 pub enum OutPart {
     Text(String),

@@ -67,10 +67,10 @@ pub enum Args<'a> {
 /// cannot see another provider's files) and are refused at decoding.
 #[derive(Debug)]
 pub enum Image<'a> {
-    /// A URL literal as the client wrote it: `http(s)://…`, or `data:<type>;base64,<data>`
-    /// (checked at decoding, so the encoders can split it).
+    /// An `http(s)://` URL literal as the client wrote it.
     Url(Text<'a>),
-    /// Anthropic's base64 source, as literals.
+    /// Inline data: Anthropic's base64 source, or an OpenAI `data:<type>;base64,<data>` URL
+    /// split once at decoding.
     Base64 {
         media_type: Text<'a>,
         data: Text<'a>,
@@ -194,16 +194,17 @@ fn split_data_url(url: &str) -> Option<(&str, &str)> {
     (!media_type.is_empty() && !data.is_empty()).then_some((media_type, data))
 }
 
-/// An image URL as a client sent it: http(s), or a base64 data URL the encoders can split.
+/// An image URL as a client sent it: http(s), kept as written, or a base64 data URL, split.
 fn image_url<'a>(raw: &'a RawValue, what: &str) -> Result<Image<'a>, GwError> {
     let t = lit(raw, what)?;
     let url = t.decode();
-    let ok = if url.starts_with("data:") {
-        split_data_url(&url).is_some()
-    } else {
-        url.starts_with("https://") || url.starts_with("http://")
-    };
-    if !ok {
+    if let Some((media_type, data)) = split_data_url(&url) {
+        return Ok(Image::Base64 {
+            media_type: Text::Own(media_type.to_owned()),
+            data: Text::Own(data.to_owned()),
+        });
+    }
+    if url.starts_with("data:") || !(url.starts_with("https://") || url.starts_with("http://")) {
         return Err(bad(format!(
             "{what} must be an http(s) URL or a data:<media type>;base64,<data> URL"
         )));
@@ -906,24 +907,13 @@ fn chat_image(out: &mut BytesMut, img: &Image) {
     out.extend_from_slice(b"}}");
 }
 
-/// An Anthropic `image` block: data URLs become base64 sources.
+/// An Anthropic `image` block.
 fn anthropic_image_block(out: &mut BytesMut, img: &Image) {
     out.extend_from_slice(b"{\"type\":\"image\",\"source\":");
     match img {
         Image::Url(t) => {
-            let url = t.decode();
-            match split_data_url(&url) {
-                Some((media_type, data)) => {
-                    out.extend_from_slice(b"{\"type\":\"base64\",\"media_type\":");
-                    write_str(out, media_type);
-                    out.extend_from_slice(b",\"data\":");
-                    write_str(out, data);
-                }
-                None => {
-                    out.extend_from_slice(b"{\"type\":\"url\",\"url\":");
-                    t.write(out);
-                }
-            }
+            out.extend_from_slice(b"{\"type\":\"url\",\"url\":");
+            t.write(out);
         }
         Image::Base64 { media_type, data } => {
             out.extend_from_slice(b"{\"type\":\"base64\",\"media_type\":");

@@ -4,7 +4,7 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::{new_id, now_secs, Encoder, Event, OutPart, Response, StopReason, Usage};
+use super::{new_id, now_secs, Encoder, Event, Response, StopReason, Usage};
 use crate::error::{Dialect, GwError};
 use crate::json::{write_str, write_u64};
 use crate::sse::write_event;
@@ -85,18 +85,11 @@ fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str)
 }
 
 pub fn encode_response(r: &Response, alias: &str) -> Value {
-    let mut output = Vec::new();
-    let mut text = String::new();
-    for p in &r.content {
-        match p {
-            OutPart::Text(t) => text.push_str(t),
-            OutPart::ToolCall {
-                id,
-                name,
-                arguments,
-            } => output.push(call_item(&new_id("fc_"), id, name, arguments, "completed")),
-        }
-    }
+    let mut output: Vec<Value> = r
+        .calls()
+        .map(|(id, name, arguments)| call_item(&new_id("fc_"), id, name, arguments, "completed"))
+        .collect();
+    let text = r.text();
     if !text.is_empty() {
         output.insert(0, message_item(&new_id("msg_"), "completed", &text));
     }
@@ -233,13 +226,43 @@ impl StreamEncoder {
     }
 }
 
+/// A delta event, the frequent one, written without building a DOM. Text deltas (`text`) also
+/// carry their content index and (empty) logprobs; function-call argument deltas do not.
+fn delta_frame(
+    out: &mut BytesMut,
+    event: &str,
+    item_id: &str,
+    output_index: usize,
+    text: bool,
+    delta: &str,
+    seq: u64,
+) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(event.as_bytes());
+    out.extend_from_slice(b"\ndata: {\"type\":\"");
+    out.extend_from_slice(event.as_bytes());
+    out.extend_from_slice(b"\",\"item_id\":");
+    write_str(out, item_id);
+    out.extend_from_slice(b",\"output_index\":");
+    write_u64(out, output_index as u64);
+    if text {
+        out.extend_from_slice(b",\"content_index\":0");
+    }
+    out.extend_from_slice(b",\"delta\":");
+    write_str(out, delta);
+    if text {
+        out.extend_from_slice(b",\"logprobs\":[]");
+    }
+    out.extend_from_slice(b",\"sequence_number\":");
+    write_u64(out, seq);
+    out.extend_from_slice(b"}\n\n");
+}
+
 impl Encoder for StreamEncoder {
     fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
             Event::Start { id, input_tokens } => {
-                if let Some(i) = input_tokens {
-                    self.usage.input = i;
-                }
+                self.usage.update(input_tokens, None);
                 self.start(&id, out);
             }
             Event::Text(t) => {
@@ -272,17 +295,15 @@ impl Encoder for StreamEncoder {
                     unreachable!("a text item was just opened")
                 };
                 text.push_str(&t);
-                out.extend_from_slice(
-                    b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":",
+                delta_frame(
+                    out,
+                    "response.output_text.delta",
+                    id,
+                    output_index,
+                    true,
+                    &t,
+                    seq,
                 );
-                write_str(out, id);
-                out.extend_from_slice(b",\"output_index\":");
-                write_u64(out, output_index as u64);
-                out.extend_from_slice(b",\"content_index\":0,\"delta\":");
-                write_str(out, &t);
-                out.extend_from_slice(b",\"logprobs\":[],\"sequence_number\":");
-                write_u64(out, seq);
-                out.extend_from_slice(b"}\n\n");
             }
             Event::ToolStart { index: _, id, name } => {
                 self.close(out);
@@ -313,17 +334,8 @@ impl Encoder for StreamEncoder {
                     return;
                 };
                 arguments.push_str(&delta);
-                out.extend_from_slice(
-                    b"event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":",
-                );
-                write_str(out, id);
-                out.extend_from_slice(b",\"output_index\":");
-                write_u64(out, output_index as u64);
-                out.extend_from_slice(b",\"delta\":");
-                write_str(out, &delta);
-                out.extend_from_slice(b",\"sequence_number\":");
-                write_u64(out, seq);
-                out.extend_from_slice(b"}\n\n");
+                let event = "response.function_call_arguments.delta";
+                delta_frame(out, event, id, output_index, false, &delta, seq);
             }
             Event::Stop(s) => self.stop = Some(s),
             Event::Usage { input, output } => self.usage.update(input, output),
