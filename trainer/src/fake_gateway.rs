@@ -29,19 +29,7 @@ pub fn run(args: FakeGatewayArgs) -> Result<()> {
         .and_then(|v| v.parse().ok());
     let server = crate::mock::MockServer::start_with(listen, 1, force_status)?;
     eprintln!("listening on {}", server.addr());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        anyhow::Ok(())
-    })?;
+    crate::mock::wait_for_termination()?;
     drop(server);
     if std::env::var_os("FAKE_GATEWAY_ABORT").is_some() {
         std::process::abort();

@@ -59,10 +59,16 @@ pub fn run(args: MockArgs) -> Result<()> {
         use std::io::Write;
         let _ = std::io::stderr().write_all(format!("mock listening on {addr}\n").as_bytes());
     }
+    wait_for_termination().context("mock: waiting for a signal")?;
+    // Workers hold no state worth saving: leave without waiting for open connections.
+    std::process::exit(0)
+}
+
+/// Blocks the calling thread until SIGTERM or SIGINT arrives.
+pub(crate) fn wait_for_termination() -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build()
-        .context("mock: signal runtime")?;
+        .build()?;
     rt.block_on(async {
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
@@ -71,10 +77,8 @@ pub fn run(args: MockArgs) -> Result<()> {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        anyhow::Ok(())
-    })?;
-    // Workers hold no state worth saving: leave without waiting for open connections.
-    std::process::exit(0)
+        Ok(())
+    })
 }
 
 pub(crate) fn write_atomically(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
