@@ -4,7 +4,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -230,16 +229,11 @@ fn client_disconnect_cancels_upstream_stream() {
     let cancelled = Arc::new(AtomicBool::new(false));
     let up = endless_upstream(cancelled.clone());
     let gw = start_gateway(&config(up.addr, 5000));
-    let mut s = TcpStream::connect(gw.addr).unwrap();
-    let body = serde_json::to_vec(&json!({"model": "gpt", "stream": true, "messages": user("hi")}))
-        .unwrap();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(&body).unwrap();
+    let mut s = send_json(
+        gw.addr,
+        "/v1/chat/completions",
+        &json!({"model": "gpt", "stream": true, "messages": user("hi")}),
+    );
     let mut buf = [0u8; 4096];
     let n = s.read(&mut buf).unwrap();
     assert!(n > 0);
@@ -268,15 +262,11 @@ fn client_disconnect_before_headers_cancels_upstream() {
         }
     });
     let gw = start_gateway(&config(up.addr, 30_000));
-    let mut s = TcpStream::connect(gw.addr).unwrap();
-    let body = serde_json::to_vec(&json!({"model": "gpt", "messages": user("hi")})).unwrap();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(&body).unwrap();
+    let s = send_json(
+        gw.addr,
+        "/v1/chat/completions",
+        &json!({"model": "gpt", "messages": user("hi")}),
+    );
     up.requests.recv_timeout(Duration::from_secs(5)).unwrap();
     drop(s);
     let deadline = Instant::now() + Duration::from_secs(5);

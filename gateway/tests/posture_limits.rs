@@ -6,7 +6,6 @@
 mod common;
 mod posture_support;
 
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use posture_support as ps;
@@ -179,31 +178,19 @@ fn concurrency_released_on_end_failure_and_disconnect() {
     );
 
     // 2. A client that disconnects while waiting releases the slot.
-    let body = serde_json::to_vec(&ps::chat("gpt", "[[mock:stall]]")).unwrap();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(&body).unwrap();
+    let s = common::send_json(
+        addr,
+        "/v1/chat/completions",
+        &ps::chat("gpt", "[[mock:stall]]"),
+    );
     std::thread::sleep(Duration::from_millis(300));
     drop(s);
     wait_ok(addr, &ps::chat("gpt", "hi"), "/v1/chat/completions");
 
     // 3. A stream holds the slot until it ends; a client that leaves mid-stream releases it.
-    let body = serde_json::to_vec(&json!({"model": "gpt", "stream": true,
-        "messages": [{"role": "user", "content": "[[mock:frames:400]]"}]}))
-    .unwrap();
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(&body).unwrap();
+    let body = json!({"model": "gpt", "stream": true,
+        "messages": [{"role": "user", "content": "[[mock:frames:400]]"}]});
+    let mut s = common::send_json(addr, "/v1/chat/completions", &body);
     let mut first = [0u8; 64];
     let _ = std::io::Read::read(&mut s, &mut first).unwrap();
     drop(s);

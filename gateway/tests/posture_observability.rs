@@ -223,7 +223,7 @@ fn access_log_to_stderr_by_default_and_off() {
 
 #[test]
 fn stream_cut_by_the_client_is_logged_when_it_ends() {
-    use std::io::{Read, Write};
+    use std::io::Read;
     let mock = common::start_mock();
     let dir = common::tmpdir("obs-cut");
     let log = dir.join("access.jsonl");
@@ -233,14 +233,16 @@ fn stream_cut_by_the_client_is_logged_when_it_ends() {
     );
     let gw = ps::start(&cfg, &[]);
     let body = serde_json::to_vec(&ps::messages("claude", "[[mock:frames:50000]]", true)).unwrap();
-    let mut s = std::net::TcpStream::connect(gw.addr).unwrap();
-    write!(
-        s,
-        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-request-id: cut-1\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(&body).unwrap();
+    let mut s = common::send_request(
+        gw.addr,
+        "POST",
+        "/v1/messages",
+        &[
+            ("x-request-id", "cut-1"),
+            ("content-type", "application/json"),
+        ],
+        &body,
+    );
     let mut first = [0u8; 256];
     let n = s.read(&mut first).unwrap();
     assert!(n > 0);

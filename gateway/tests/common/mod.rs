@@ -273,10 +273,27 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap();
+    let mut all = vec![("connection", "close")];
+    all.extend_from_slice(headers);
+    let mut s = send_request(addr, method, path, &all, body);
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse_response(&raw)
+}
+
+/// Sends one request on a fresh connection and hands the connection back unread: for tests
+/// that read only part of the answer, or leave before it.
+pub fn send_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
     let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {
@@ -285,9 +302,19 @@ pub fn request(
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).unwrap();
     s.write_all(body).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    parse_response(&raw)
+    s
+}
+
+/// [`send_request`] of a JSON POST.
+pub fn send_json(addr: SocketAddr, path: &str, body: &Value) -> TcpStream {
+    let body = serde_json::to_vec(body).unwrap();
+    send_request(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        &body,
+    )
 }
 
 pub fn parse_response(raw: &[u8]) -> Resp {
