@@ -98,6 +98,7 @@ let
   };
 
   prologue = import ./stage-prologue.nix;
+  versionChecks = import ./version-checks.nix;
 
   runStage =
     {
@@ -168,25 +169,9 @@ let
   versions = pkgs.runCommandCC "toolchain-versions" linkerEnv (
     prologue "toolchain"
     + ''
-      rustc=${rustToolchain}/bin/rustc
-      for tool in "$rustc" ${tools.llvmProfdata} ${tools.llvmBolt} ${tools.mergeFdata} ${tools.readelf}; do
-        [ -x "$tool" ] || fail "$tool is not an executable"
-      done
-      rustc_line=$("$rustc" -V)
-      rustc_llvm=$("$rustc" -vV | sed -n 's/^LLVM version: //p')
-      [ -n "$rustc_llvm" ] || fail "cannot read rustc's LLVM version"
+      ${versionChecks { rustc = "${rustToolchain}/bin/rustc"; inherit tools; }}
       [ "''${rustc_llvm%%.*}" = "${llvmMajor}" ] \
         || fail "rustc uses LLVM $rustc_llvm but this provider pins llvmPackages_${llvmMajor}"
-      profdata_llvm=$(${tools.llvmProfdata} merge --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
-      bolt_llvm=$(${tools.llvmBolt} --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
-      [ -n "$profdata_llvm" ] || fail "cannot read the LLVM version of ${tools.llvmProfdata}"
-      [ -n "$bolt_llvm" ] || fail "cannot read the LLVM version of ${tools.llvmBolt}"
-      if [ "''${profdata_llvm%%.*}" != "''${rustc_llvm%%.*}" ]; then
-        fail "${tools.llvmProfdata} is LLVM $profdata_llvm but rustc uses LLVM $rustc_llvm: its profdata would not match rustc's profraw format"
-      fi
-      if [ "''${bolt_llvm%%.*}" -lt 19 ]; then
-        fail "${tools.llvmBolt} is LLVM $bolt_llvm; BOLT 19 or newer is required"
-      fi
 
       # The linker every stage uses (see nix/toolchains/nixpkgs.nix).
       export HOME="$TMPDIR"

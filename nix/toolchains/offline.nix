@@ -28,6 +28,7 @@ let
   hostPath = "/usr/bin:/bin";
 
   prologue = import ./stage-prologue.nix;
+  versionChecks = import ./version-checks.nix;
 
   runStage =
     { name, script, env ? { } }:
@@ -76,24 +77,7 @@ let
   versions = runStage {
     name = "toolchain-versions";
     script = ''
-      rustc="${rustToolchain}/bin/rustc"
-      for tool in "$rustc" ${llvmProfdata} ${llvmBolt} ${mergeFdata} ${readelf}; do
-        [ -x "$tool" ] || fail "$tool is not an executable"
-      done
-      rustc_line=$("$rustc" -V)
-      rustc_llvm=$("$rustc" -vV | sed -n 's/^LLVM version: //p')
-      [ -n "$rustc_llvm" ] || fail "cannot read rustc's LLVM version"
-      # `merge --version` is understood by every llvm-profdata since LLVM 3.
-      profdata_llvm=$(${llvmProfdata} merge --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
-      bolt_llvm=$(${llvmBolt} --version | grep -o 'LLVM version [0-9][0-9.]*' | head -n1 | cut -d' ' -f3)
-      [ -n "$profdata_llvm" ] || fail "cannot read the LLVM version of ${llvmProfdata}"
-      [ -n "$bolt_llvm" ] || fail "cannot read the LLVM version of ${llvmBolt}"
-      if [ "''${profdata_llvm%%.*}" != "''${rustc_llvm%%.*}" ]; then
-        fail "${llvmProfdata} is LLVM $profdata_llvm but rustc uses LLVM $rustc_llvm: its profdata would not match rustc's profraw format"
-      fi
-      if [ "''${bolt_llvm%%.*}" -lt 19 ]; then
-        fail "${llvmBolt} is LLVM $bolt_llvm; BOLT 19 or newer is required"
-      fi
+      ${versionChecks { rustc = "${rustToolchain}/bin/rustc"; inherit tools; }}
       mkdir -p "$out"
       printf '{"rustc":"%s","rustc_llvm":"%s","llvm_profdata":"%s","llvm_bolt":"%s","provider":"offline-debian"}\n' \
         "$rustc_line" "$rustc_llvm" "$profdata_llvm" "$bolt_llvm" > "$out/versions.json"
