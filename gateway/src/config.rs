@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Uri};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -250,13 +251,10 @@ impl Checker {
             .unwrap_or(4 << 20) as usize;
         let drain_ms = self.positive(top, "drain_ms", "$").unwrap_or(30_000);
         let max_connections = self.positive(top, "max_connections", "$").unwrap_or(16_384) as usize;
-        let ca_files: Vec<String> = match top.get("upstream_ca_files") {
+        let ca_files = match top.get("upstream_ca_files").map(Vec::<String>::deserialize) {
             None => Vec::new(),
-            Some(Value::Array(a)) if a.iter().all(Value::is_string) => a
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect(),
-            Some(_) => {
+            Some(Ok(files)) => files,
+            Some(Err(_)) => {
                 self.err("$.upstream_ca_files", "must be an array of PEM file paths");
                 Vec::new()
             }
