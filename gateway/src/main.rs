@@ -1,27 +1,10 @@
 //! `gateway`: an LLM gateway speaking OpenAI Chat Completions, Anthropic Messages and OpenAI
 //! Responses to clients, in front of OpenAI- and Anthropic-style upstreams.
 
-mod access_log;
-mod alloc;
-mod auth;
-mod body;
-mod config;
-mod error;
-mod json;
-mod limits;
-mod metrics;
-mod native;
-mod provider;
-mod proxy;
-mod server;
-mod shutdown;
-mod sse;
-mod tls;
-mod translate;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use gateway::{config, serve};
 
 #[derive(Parser)]
 #[command(name = "gateway", about = "LLM gateway", version)]
@@ -65,7 +48,7 @@ fn main() -> ExitCode {
             println!("{path}: ok");
             ExitCode::SUCCESS
         }
-        None | Some(Command::Serve) => match server::run(cfg, path) {
+        None | Some(Command::Serve) => match serve::run(cfg, path) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("gateway: {e:#}");

@@ -1,7 +1,7 @@
 #![no_main]
 //! The config checker (including the keys, limits, metrics and access_log sections once wired)
 //! on arbitrary files: every problem is an error with a path, never a panic.
-use gateway_fuzz::config;
+use gateway::config;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,10 +2,11 @@
 //! The SSE splitter on arbitrary bytes cut at arbitrary points, feeding every stream transform
 //! (native passthrough for each dialect, and each translation pair) until the stream ends.
 use bytes::BytesMut;
-use gateway_fuzz::body::StreamTransform;
-use gateway_fuzz::error::{Dialect, GwError};
-use gateway_fuzz::sse::SseSplitter;
-use gateway_fuzz::{native, routes, translate, DIALECTS};
+use gateway::dialect::error::GwError;
+use gateway::dialect::transform::StreamTransform;
+use gateway::dialect::{native, translate, Dialect};
+use gateway::sse::SseSplitter;
+use gateway_fuzz::{routes, DIALECTS};
 use libfuzzer_sys::fuzz_target;
 
 fn transforms() -> Vec<Box<dyn StreamTransform>> {
@@ -21,10 +22,9 @@ fn transforms() -> Vec<Box<dyn StreamTransform>> {
                 translate::Translation {
                     client: d,
                     upstream: up,
-                    route: route.clone(),
                     include_usage: true,
                 }
-                .stream(),
+                .stream(&route.alias),
             );
         }
     }
@@ -49,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
                     failed = true;
                     break;
                 }
-                let _ = gateway_fuzz::access_log::scan_usage(&ev.data);
+                let _ = gateway::posture::access_log::scan_usage(&ev.data);
             }
             if failed {
                 break;

@@ -1,17 +1,18 @@
 #![no_main]
 //! Every client dialect → every upstream dialect the gateway translates into, on arbitrary
 //! bodies: an error is fine, a panic is not, and a translated body is valid JSON.
-use gateway_fuzz::{routes, translate, DIALECTS};
+use gateway::dialect::{translate, Dialect};
+use gateway_fuzz::{routes, DIALECTS};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let (gpt, claude) = routes();
     for client in DIALECTS {
         for (up, route) in [
-            (gateway_fuzz::error::Dialect::Chat, gpt),
-            (gateway_fuzz::error::Dialect::Messages, claude),
+            (Dialect::Chat, gpt),
+            (Dialect::Messages, claude),
         ] {
-            if let Ok((body, _t)) = translate::request(client, up, data, route) {
+            if let Ok((body, _t)) = translate::request(client, up, data, &route.upstream_json) {
                 serde_json::from_slice::<serde_json::Value>(&body)
                     .expect("translated body is JSON");
             }

@@ -1,7 +1,7 @@
 #![no_main]
 //! Upstream (chat or messages) buffered responses → every client dialect.
-use gateway_fuzz::error::Dialect;
-use gateway_fuzz::{routes, translate, DIALECTS};
+use gateway::dialect::{translate, Dialect};
+use gateway_fuzz::{routes, DIALECTS};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,10 +11,9 @@ fuzz_target!(|data: &[u8]| {
             let t = translate::Translation {
                 client,
                 upstream: up,
-                route: route.clone(),
                 include_usage: data.first().is_some_and(|b| b & 1 == 1),
             };
-            if let Ok(out) = t.response(data) {
+            if let Ok(out) = t.response(data, &route.alias) {
                 serde_json::from_slice::<serde_json::Value>(&out)
                     .expect("translated response is JSON");
             }

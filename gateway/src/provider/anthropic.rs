@@ -2,8 +2,8 @@
 
 use http::{header, HeaderName, HeaderValue, Method, Request};
 
-use crate::body::UpBody;
-use crate::config::Provider;
+use crate::http::body::UpBody;
+use crate::provider::upstream::Provider;
 
 /// The API version the translator's Messages shapes follow.
 const VERSION: HeaderValue = HeaderValue::from_static("2023-06-01");

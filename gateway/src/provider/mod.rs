@@ -1,13 +1,15 @@
-//! Upstream providers: which dialects each speaks and the request it expects.
+//! Upstream providers: the `providers` config section ([`upstream`]), which dialects each kind
+//! speaks, and the request each expects ([`openai`], [`anthropic`]).
 
 pub mod anthropic;
 pub mod openai;
+pub mod upstream;
 
 use http::Request;
 
-use crate::body::UpBody;
-use crate::config::{Provider, ProviderKind};
-use crate::error::Dialect;
+use crate::dialect::Dialect;
+use crate::http::body::UpBody;
+use crate::provider::upstream::{Provider, ProviderKind};
 
 /// The dialect the upstream is spoken to in, for a client dialect: the client's own when the
 /// provider speaks it (the native route), otherwise the provider's main dialect.

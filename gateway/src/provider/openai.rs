@@ -2,9 +2,9 @@
 
 use http::{header, HeaderValue, Method, Request};
 
-use crate::body::UpBody;
-use crate::config::Provider;
-use crate::error::Dialect;
+use crate::dialect::Dialect;
+use crate::http::body::UpBody;
+use crate::provider::upstream::Provider;
 
 pub fn request(p: &Provider, dialect: Dialect, body: UpBody) -> Request<UpBody> {
     let uri = match dialect {

@@ -1,30 +1,45 @@
 //! The request path shared by the three client dialects: read the body, find the route, send
 //! upstream (natively or translated), and answer in the client's dialect.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::time::{timeout_at, Instant};
 
-use crate::access_log::Record;
-use crate::body::{json_response, json_response_parts, sse_response, GwResponse, SseBody, UpBody};
-use crate::error::{Dialect, GwError};
-use crate::native::NativeStream;
-use crate::server::Worker;
-use crate::{json, provider, translate};
+use crate::config::Snapshot;
+use crate::dialect::error::GwError;
+use crate::dialect::native::NativeStream;
+use crate::dialect::transform::StreamTransform;
+use crate::dialect::{translate, Dialect};
+use crate::http::body::{
+    error_response, json_response, json_response_parts, sse_response, GwResponse, UpBody,
+};
+use crate::http::client::UpstreamClient;
+use crate::http::stream::SseBody;
+use crate::posture::access_log::Record;
+use crate::serve::head;
+use crate::{json, provider};
 
 /// A complete (non-streamed) upstream answer larger than this is refused with 502 rather than
 /// buffered: no chat answer is that large, and a broken upstream must not exhaust memory.
 const MAX_UPSTREAM_BODY: usize = 64 << 20;
 
-pub async fn handle(w: &Worker, dialect: Dialect, req: Request<Incoming>) -> GwResponse {
+/// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
+pub async fn handle(
+    client: &UpstreamClient,
+    snap: Arc<Snapshot>,
+    dialect: Dialect,
+    req: Request<Incoming>,
+) -> GwResponse {
     let mut rec = Record::start(dialect, req.headers());
-    let resp = match run(w, dialect, req, &mut rec).await {
+    let resp = match run(client, &snap, dialect, req, &mut rec).await {
         Ok(r) => r,
         Err(e) => {
             rec.set_error(&e);
-            e.response(dialect)
+            error_response(&e, dialect)
         }
     };
     rec.respond(resp)
@@ -69,12 +84,12 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
 }
 
 async fn run(
-    w: &Worker,
+    client: &UpstreamClient,
+    snap: &Snapshot,
     dialect: Dialect,
     req: Request<Incoming>,
     rec: &mut Record,
 ) -> Result<GwResponse, GwError> {
-    let snap = w.snapshot();
     let caller = snap.keys.authenticate(req.headers())?;
     rec.set_caller(&caller);
     check_content_type(req.headers())?;
@@ -92,7 +107,7 @@ async fn run(
             ))
         }
     };
-    let head = json::parse_head(&body)?;
+    let head = head::parse_head(&body)?;
     let Some(route) = snap.routes.get(head.model.as_ref()).cloned() else {
         rec.set_unknown_model(&head.model);
         return Err(GwError::unknown_model(&head.model));
@@ -119,14 +134,14 @@ async fn run(
         let b = dom_rewrite(&body, &route.upstream_model).unwrap_or(b);
         (b, None)
     } else {
-        let (b, t) = translate::request(dialect, up_dialect, &body, &route)?;
+        let (b, t) = translate::request(dialect, up_dialect, &body, &route.upstream_json)?;
         (UpBody::one(b), Some(t))
     };
     let up_req = provider::request(&route.provider, up_dialect, up_body);
 
     let deadline = Instant::now() + snap.upstream_timeout;
     rec.upstream_start();
-    let resp = match timeout_at(deadline, w.client.request(up_req)).await {
+    let resp = match timeout_at(deadline, client.request(up_req)).await {
         Err(_) => return Err(GwError::timeout()),
         Ok(Err(e)) => return Err(GwError::unreachable(error_chain(&e))),
         Ok(Ok(r)) => r,
@@ -134,9 +149,9 @@ async fn run(
     let status = resp.status();
 
     if status.is_success() && stream {
-        let transform: Box<dyn crate::body::StreamTransform> = match tr {
+        let transform: Box<dyn StreamTransform> = match tr {
             None => Box::new(NativeStream::new(dialect, route.alias_json.clone())),
-            Some(t) => t.stream(),
+            Some(t) => t.stream(&route.alias),
         };
         let transform = rec.track_stream(transform);
         return Ok(sse_response(SseBody::new(
@@ -174,7 +189,10 @@ async fn run(
             };
             Ok(json_response_parts(StatusCode::OK, out))
         }
-        Some(t) => Ok(json_response(StatusCode::OK, t.response(&bytes)?)),
+        Some(t) => Ok(json_response(
+            StatusCode::OK,
+            t.response(&bytes, &route.alias)?,
+        )),
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -29,12 +29,16 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::auth::Caller;
-use crate::body::{GwResponse, StreamTransform};
-use crate::config::{ConfigError, Route};
-use crate::error::{Dialect, GwError};
-use crate::limits::{Admission, Kind, Rejection, Scope};
-use crate::metrics::{self, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::config::check::ConfigError;
+use crate::dialect::error::GwError;
+use crate::dialect::transform::StreamTransform;
+use crate::dialect::Dialect;
+use crate::http::body::GwResponse;
+use crate::json;
+use crate::posture::auth::Caller;
+use crate::posture::limits::{Admission, Kind, Rejection, Scope};
+use crate::posture::metrics::{self, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::routing::Route;
 use crate::sse::SseEvent;
 
 const MAX_BUFFERED: usize = 4 << 20;
@@ -95,7 +99,6 @@ struct Sink {
     enabled: AtomicBool,
     buffers: Mutex<Vec<Arc<Mutex<Vec<u8>>>>>,
     out: Mutex<Box<dyn Write + Send>>,
-    dropped: AtomicU64,
 }
 
 fn sink() -> &'static Sink {
@@ -112,7 +115,6 @@ fn sink() -> &'static Sink {
             enabled: AtomicBool::new(true),
             buffers: Mutex::new(Vec::new()),
             out: Mutex::new(Box::new(std::io::stderr())),
-            dropped: AtomicU64::new(0),
         }
     })
 }
@@ -154,10 +156,6 @@ pub fn flush() {
     let _ = out.flush();
 }
 
-pub fn dropped_lines() -> u64 {
-    sink().dropped.load(Ordering::Relaxed)
-}
-
 thread_local! {
     static BUF: Arc<Mutex<Vec<u8>>> = {
         let b = Arc::new(Mutex::new(Vec::with_capacity(64 * 1024)));
@@ -176,7 +174,7 @@ fn emit(line: &[u8]) {
     BUF.with(|b| {
         let mut g = b.lock().unwrap();
         if g.len() + line.len() > MAX_BUFFERED {
-            s.dropped.fetch_add(1, Ordering::Relaxed);
+            metrics::access_log_line_dropped();
         } else {
             g.extend_from_slice(line);
         }
@@ -723,7 +721,7 @@ fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
 /// Milliseconds with microsecond precision: `12.345`.
 fn push_ms(out: &mut Vec<u8>, d: Duration) {
     let us = d.as_micros() as u64;
-    crate::json::write_u64(out, us / 1000);
+    json::write_u64(out, us / 1000);
     out.push(b'.');
     push_padded(out, us % 1000, 3);
 }
@@ -738,7 +736,7 @@ fn write_line(
     out.extend_from_slice(b"{\"ts\":\"");
     write_rfc3339(out, i.start_wall);
     out.extend_from_slice(b"\",\"request_id\":");
-    crate::json::write_str(out, i.request_id.to_str().unwrap_or("-"));
+    json::write_str(out, i.request_id.to_str().unwrap_or("-"));
     out.extend_from_slice(b",\"route\":\"");
     out.extend_from_slice(match i.route {
         Dialect::Chat => b"/v1/chat/completions".as_slice(),
@@ -747,22 +745,22 @@ fn write_line(
     });
     out.extend_from_slice(b"\",\"model\":");
     match (&i.target, &i.asked_model) {
-        (Some(r), _) => crate::json::write_str(out, &r.alias),
-        (None, Some(m)) => crate::json::write_str(out, m),
+        (Some(r), _) => json::write_str(out, &r.alias),
+        (None, Some(m)) => json::write_str(out, m),
         (None, None) => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"provider\":");
     match &i.target {
-        Some(r) => crate::json::write_str(out, &r.provider.name),
+        Some(r) => json::write_str(out, &r.provider.name),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"upstream_model\":");
     match &i.target {
-        Some(r) => crate::json::write_str(out, &r.upstream_model),
+        Some(r) => json::write_str(out, &r.upstream_model),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"status\":");
-    crate::json::write_u64(out, u64::from(i.status));
+    json::write_u64(out, u64::from(i.status));
     out.extend_from_slice(if i.stream {
         b",\"stream\":true,\"latency_ms\":".as_slice()
     } else {
@@ -783,20 +781,20 @@ fn write_line(
     match i.usage.input {
         Some(n) => {
             out.extend_from_slice(b",\"tokens_in\":");
-            crate::json::write_u64(out, n);
+            json::write_u64(out, n);
         }
         None => out.extend_from_slice(b",\"tokens_in\":null"),
     }
     match i.usage.output {
         Some(n) => {
             out.extend_from_slice(b",\"tokens_out\":");
-            crate::json::write_u64(out, n);
+            json::write_u64(out, n);
         }
         None => out.extend_from_slice(b",\"tokens_out\":null"),
     }
     out.extend_from_slice(b",\"key_id\":");
     match &i.key_id {
-        Some(k) => crate::json::write_str(out, k),
+        Some(k) => json::write_str(out, k),
         None => out.extend_from_slice(b"null"),
     }
     if let Some(r) = &i.rejected {
@@ -808,11 +806,11 @@ fn write_line(
     }
     if let Some(e) = &i.error {
         out.extend_from_slice(b",\"error\":");
-        crate::json::write_str(out, e);
+        json::write_str(out, e);
     }
     if let Some(e) = &i.stream_error {
         out.extend_from_slice(b",\"stream_error\":");
-        crate::json::write_str(out, e);
+        json::write_str(out, e);
     }
     out.extend_from_slice(b"}\n");
 }
@@ -937,9 +935,9 @@ mod tests {
     #[test]
     fn numbers() {
         let mut o = Vec::new();
-        crate::json::write_u64(&mut o, 0);
+        json::write_u64(&mut o, 0);
         o.push(b' ');
-        crate::json::write_u64(&mut o, u64::MAX);
+        json::write_u64(&mut o, u64::MAX);
         o.push(b' ');
         push_ms(&mut o, Duration::from_micros(12_045));
         o.push(b' ');

@@ -1,4 +1,5 @@
-//! Anthropic Messages ⇄ neutral form.
+//! Messages streams: an upstream's events into neutral events ([`StreamDecoder`]), and neutral
+//! events out as the client's events ([`StreamEncoder`]).
 
 use std::borrow::Cow;
 
@@ -6,104 +7,14 @@ use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{
-    args_value, new_id, opt_str, upstream_stream_error, Decoder, Encoder, Event, OutPart, Response,
-    StopReason, Usage,
-};
-use crate::error::{Dialect, GwError};
+use super::{msg_id, stop_from, stop_to};
+use crate::dialect::decode::upstream_stream_error;
+use crate::dialect::encode::new_id;
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
+use crate::dialect::Dialect;
 use crate::json::{write_str, write_u64};
 use crate::sse::{write_event, SseEvent};
-
-pub(crate) fn stop_from(s: &str) -> StopReason {
-    match s {
-        "max_tokens" => StopReason::MaxTokens,
-        "tool_use" => StopReason::ToolUse,
-        "stop_sequence" => StopReason::StopSequence,
-        "refusal" => StopReason::ContentFilter,
-        _ => StopReason::End,
-    }
-}
-
-pub(crate) fn stop_to(s: StopReason) -> &'static str {
-    match s {
-        StopReason::End => "end_turn",
-        StopReason::MaxTokens => "max_tokens",
-        StopReason::ToolUse => "tool_use",
-        StopReason::StopSequence => "stop_sequence",
-        StopReason::ContentFilter => "refusal",
-    }
-}
-
-pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
-    let v: Value = serde_json::from_slice(body).map_err(GwError::bad_upstream)?;
-    let mut content = Vec::new();
-    for b in v
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => content.push(OutPart::Text(opt_str(b, "text").unwrap_or_default())),
-            Some("tool_use") => content.push(OutPart::ToolCall {
-                id: opt_str(b, "id").unwrap_or_else(|| new_id("toolu_")),
-                name: opt_str(b, "name").unwrap_or_default(),
-                arguments: b
-                    .get("input")
-                    .map(|i| i.to_string())
-                    .unwrap_or_else(|| "{}".into()),
-            }),
-            _ => {}
-        }
-    }
-    Ok(Response {
-        id: opt_str(&v, "id").unwrap_or_else(|| new_id("msg_")),
-        content,
-        stop: stop_from(
-            v.get("stop_reason")
-                .and_then(Value::as_str)
-                .unwrap_or("end_turn"),
-        ),
-        usage: Usage::from_json(v.get("usage"), "input_tokens", "output_tokens"),
-    })
-}
-
-fn msg_id(upstream: &str) -> String {
-    if upstream.starts_with("msg_") {
-        upstream.to_owned()
-    } else {
-        format!("msg_{upstream}")
-    }
-}
-
-pub fn encode_response(r: &Response, alias: &str) -> Value {
-    let content: Vec<Value> = r
-        .content
-        .iter()
-        .map(|p| match p {
-            OutPart::Text(t) => json!({"type": "text", "text": t}),
-            OutPart::ToolCall {
-                id,
-                name,
-                arguments,
-            } => {
-                json!({"type": "tool_use", "id": id, "name": name, "input": args_value(arguments)})
-            }
-        })
-        .collect();
-    json!({
-        "id": msg_id(&r.id),
-        "type": "message",
-        "role": "assistant",
-        "model": alias,
-        "content": content,
-        "stop_reason": stop_to(r.stop),
-        "stop_sequence": null,
-        "usage": {"input_tokens": r.usage.input, "output_tokens": r.usage.output},
-    })
-}
-
-// ---- streams ----
 
 #[derive(Deserialize)]
 struct Ev<'a> {
@@ -123,7 +34,7 @@ struct Ev<'a> {
 
 #[derive(Deserialize)]
 struct StartMsg<'a> {
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     id: Option<Cow<'a, str>>,
     #[serde(default)]
     usage: Option<UsageV>,
@@ -133,23 +44,28 @@ struct StartMsg<'a> {
 struct Block<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     id: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     text: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct DeltaV<'a> {
-    #[serde(rename = "type", default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(
+        rename = "type",
+        default,
+        borrow,
+        deserialize_with = "crate::dialect::decode::opt_cow"
+    )]
     kind: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     text: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     partial_json: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     stop_reason: Option<Cow<'a, str>>,
 }
 
@@ -173,9 +89,9 @@ struct BlockDelta<'a> {
 struct SmallDelta<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     text: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     partial_json: Option<Cow<'a, str>>,
 }
 

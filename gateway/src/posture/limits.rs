@@ -51,8 +51,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::ConfigError;
-use crate::error::GwError;
+use crate::config::check::ConfigError;
+use crate::dialect::error::GwError;
 
 const WINDOW_NS: u64 = 60_000_000_000;
 

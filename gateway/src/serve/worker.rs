@@ -1,37 +1,24 @@
-//! Workers, accept loops and routing.
-//!
-//! Each worker is an OS thread with its own current-thread runtime, its own `SO_REUSEPORT`
-//! listener (the kernel spreads connections across them) and its own upstream connection pool, so
-//! the request path never touches a lock or a cache line another worker writes. Connection tasks are
-//! `spawn_local`ed, which lets per-worker state be `Rc`/`RefCell` instead of atomics.
+//! One worker: an OS thread with its own current-thread runtime, its own listener and its own
+//! upstream connection pool; it accepts connections, caps their number, and routes each request.
 
 use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use socket2::{Domain, Protocol, Socket, Type};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
-use crate::body::{json_response, GwBody, GwResponse, UpBody};
-use crate::config::{Config, Snapshot};
-use crate::error::{Dialect, GwError};
-use crate::proxy;
-use crate::shutdown;
-
-/// One pool per worker for every upstream, http and https alike (plain connections pass through
-/// the TLS connector untouched).
-pub type UpstreamClient = Client<HttpsConnector<HttpConnector>, UpBody>;
+use crate::config::{Listen, Snapshot};
+use crate::dialect::error::GwError;
+use crate::dialect::Dialect;
+use crate::http::body::{error_response, json_response, GwBody, GwResponse};
+use crate::http::client::{self, UpstreamClient};
+use crate::serve::proxy;
 
 /// Per-worker state; never shared with another thread.
 pub struct Worker {
@@ -55,74 +42,11 @@ impl Worker {
     }
 }
 
-fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    sock.set_reuse_address(true)?;
-    sock.set_reuse_port(true)?;
-    sock.set_nodelay(true)?;
-    sock.set_nonblocking(true)?;
-    sock.bind(&addr.into())
-        .with_context(|| format!("cannot bind {addr}"))?;
-    sock.listen(1024)?;
-    Ok(sock.into())
-}
-
-pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
-    let listen = config.listen.clone();
-    let signals = shutdown::Signals::install()?;
-    // Bind every listener before announcing: a port-0 address is resolved by the first bind and
-    // the others join it, so all workers share one port.
-    let first = bind(listen.addr)?;
-    let addr = first.local_addr()?;
-    let mut listeners = vec![first];
-    for _ in 1..listen.workers {
-        listeners.push(bind(addr)?);
-    }
-
-    crate::access_log::init(&listen.access_log)?;
-    if let Some(m) = &listen.metrics {
-        let a = crate::metrics::serve(m.listen)?;
-        eprintln!("metrics listening on {a}");
-    }
-    crate::alloc::spawn_housekeeping();
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (cfg_tx, cfg_rx) = watch::channel(Arc::new(config.snapshot));
-    let mut handles = Vec::with_capacity(listeners.len());
-    for (i, l) in listeners.into_iter().enumerate() {
-        let stop = stop_rx.clone();
-        let cfg = cfg_rx.clone();
-        let listen = listen.clone();
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("gw-worker-{i}"))
-                .spawn(move || worker(l, stop, cfg, &listen))?,
-        );
-    }
-    eprintln!("listening on {addr}");
-
-    signals.wait(&cfg_tx, &config_path);
-    let _ = stop_tx.send(true);
-    let mut failed = None;
-    for h in handles {
-        match h.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failed = Some(e),
-            Err(_) => failed = Some(anyhow::anyhow!("a worker panicked")),
-        }
-    }
-    crate::access_log::flush();
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-fn worker(
+pub fn run(
     listener: std::net::TcpListener,
     mut stop: watch::Receiver<bool>,
     mut cfg: watch::Receiver<Arc<Snapshot>>,
-    listen: &crate::config::Listen,
+    listen: &Listen,
 ) -> anyhow::Result<()> {
     let drain = listen.drain_timeout;
     let max_connections = listen.max_connections_per_worker;
@@ -135,21 +59,7 @@ fn worker(
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_keepalive(Some(Duration::from_secs(60)));
-        // The TLS connector needs the URI's scheme to reach it.
-        connector.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config((*upstream_tls).clone())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .build(connector);
+        let client = client::new(&upstream_tls);
         let first = cfg.borrow_and_update().clone();
         let w = Rc::new(Worker {
             client,
@@ -211,9 +121,15 @@ fn worker(
 async fn route(w: Rc<Worker>, req: Request<Incoming>) -> GwResponse {
     let path = req.uri().path();
     match (req.method(), path) {
-        (&Method::POST, "/v1/chat/completions") => proxy::handle(&w, Dialect::Chat, req).await,
-        (&Method::POST, "/v1/messages") => proxy::handle(&w, Dialect::Messages, req).await,
-        (&Method::POST, "/v1/responses") => proxy::handle(&w, Dialect::Responses, req).await,
+        (&Method::POST, "/v1/chat/completions") => {
+            proxy::handle(&w.client, w.snapshot(), Dialect::Chat, req).await
+        }
+        (&Method::POST, "/v1/messages") => {
+            proxy::handle(&w.client, w.snapshot(), Dialect::Messages, req).await
+        }
+        (&Method::POST, "/v1/responses") => {
+            proxy::handle(&w.client, w.snapshot(), Dialect::Responses, req).await
+        }
         (&Method::GET, "/v1/models") => {
             json_response(StatusCode::OK, w.snapshot().models_body.clone())
         }
@@ -241,9 +157,11 @@ async fn route(w: Rc<Worker>, req: Request<Incoming>) -> GwResponse {
                     | "/readyz"
             );
             if known {
-                GwError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed").response(dialect)
+                let e = GwError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
+                error_response(&e, dialect)
             } else {
-                GwError::new(StatusCode::NOT_FOUND, format!("no route for {p}")).response(dialect)
+                let e = GwError::new(StatusCode::NOT_FOUND, format!("no route for {p}"));
+                error_response(&e, dialect)
             }
         }
     }

@@ -1,109 +1,16 @@
-//! OpenAI Responses ⇄ neutral form. Responses upstreams are only ever used natively, so this
-//! dialect is decoded from requests and encoded into responses and streams, never the reverse.
+//! Responses streams: neutral events out as the client's Responses events, with a monotonic
+//! `sequence_number`.
 
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::{new_id, now_secs, Encoder, Event, Response, StopReason, Usage};
-use crate::error::{Dialect, GwError};
+use super::{call_item, message_item, resp_id, response_object, status_of, usage_json};
+use crate::dialect::encode::{new_id, now_secs};
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Encoder, Event, StopReason, Usage};
+use crate::dialect::Dialect;
 use crate::json::{write_str, write_u64};
 use crate::sse::write_event;
-
-fn resp_id(upstream: &str) -> String {
-    if upstream.starts_with("resp_") {
-        upstream.to_owned()
-    } else {
-        format!("resp_{upstream}")
-    }
-}
-
-fn usage_json(u: Usage) -> Value {
-    json!({
-        "input_tokens": u.input,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": u.output,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": u.input + u.output,
-    })
-}
-
-fn status_of(stop: StopReason) -> (&'static str, Value) {
-    match stop {
-        StopReason::MaxTokens => ("incomplete", json!({"reason": "max_output_tokens"})),
-        StopReason::ContentFilter => ("incomplete", json!({"reason": "content_filter"})),
-        _ => ("completed", Value::Null),
-    }
-}
-
-fn response_object(
-    id: &str,
-    created: u64,
-    alias: &str,
-    status: &str,
-    incomplete: Value,
-    output: Vec<Value>,
-    usage: Value,
-) -> Value {
-    json!({
-        "id": id,
-        "object": "response",
-        "created_at": created,
-        "status": status,
-        "error": null,
-        "incomplete_details": incomplete,
-        "instructions": null,
-        "max_output_tokens": null,
-        "model": alias,
-        "output": output,
-        "parallel_tool_calls": true,
-        "previous_response_id": null,
-        "reasoning": {"effort": null, "summary": null},
-        "store": false,
-        "temperature": null,
-        "text": {"format": {"type": "text"}},
-        "tool_choice": "auto",
-        "tools": [],
-        "top_p": null,
-        "truncation": "disabled",
-        "usage": usage,
-        "metadata": {},
-    })
-}
-
-fn message_item(id: &str, status: &str, text: &str) -> Value {
-    json!({
-        "id": id, "type": "message", "status": status, "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
-    })
-}
-
-fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({
-        "id": id, "type": "function_call", "status": status,
-        "call_id": call_id, "name": name, "arguments": arguments,
-    })
-}
-
-pub fn encode_response(r: &Response, alias: &str) -> Value {
-    let mut output: Vec<Value> = r
-        .calls()
-        .map(|(id, name, arguments)| call_item(&new_id("fc_"), id, name, arguments, "completed"))
-        .collect();
-    let text = r.text();
-    if !text.is_empty() {
-        output.insert(0, message_item(&new_id("msg_"), "completed", &text));
-    }
-    let (status, incomplete) = status_of(r.stop);
-    response_object(
-        &resp_id(&r.id),
-        now_secs(),
-        alias,
-        status,
-        incomplete,
-        output,
-        usage_json(r.usage),
-    )
-}
 
 enum Item {
     Text {

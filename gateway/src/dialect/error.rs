@@ -3,17 +3,9 @@
 //! the upstream that failed.
 
 use bytes::Bytes;
-use http::{HeaderValue, StatusCode};
+use http::StatusCode;
 
-use crate::body::{json_response, GwResponse};
-
-/// The three client-facing API dialects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dialect {
-    Chat,
-    Messages,
-    Responses,
-}
+use crate::dialect::Dialect;
 
 #[derive(Debug, Clone)]
 pub struct GwError {
@@ -138,14 +130,5 @@ impl GwError {
             }
         }
         Bytes::from(out)
-    }
-
-    pub fn response(&self, dialect: Dialect) -> GwResponse {
-        let mut resp = json_response(self.status, Bytes::from(self.body(dialect)));
-        if let Some(s) = self.retry_after {
-            resp.headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        resp
     }
 }

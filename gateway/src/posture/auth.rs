@@ -23,8 +23,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::ConfigError;
-use crate::error::GwError;
+use crate::config::check::ConfigError;
+use crate::dialect::error::GwError;
 
 /// One entry of the `keys` list, as written in the config file.
 #[derive(Debug, Clone, Deserialize)]

@@ -24,9 +24,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::ConfigError;
-use crate::error::Dialect;
-use crate::limits::{Kind, Scope};
+use crate::config::check::ConfigError;
+use crate::dialect::Dialect;
+use crate::posture::limits::{Kind, Scope};
 
 /// The most aliases that get their own `model` label value; the rest count as `other`.
 pub const MAX_MODELS: usize = 64;
@@ -201,6 +201,15 @@ impl ModelLabels {
 }
 
 // --- recording (request path) ---
+
+/// Access-log lines the sink could not take (`gateway_access_log_dropped_total`). Counted here, not
+/// in the access log, so that the scrape reads it without the metrics depending on the log.
+static ACCESS_LOG_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// One access-log line dropped because its worker's buffer was full.
+pub fn access_log_line_dropped() {
+    ACCESS_LOG_DROPPED.fetch_add(1, Ordering::Relaxed);
+}
 
 pub fn inflight_add(route: Dialect, delta: i64) {
     with_shard(|s| {
@@ -396,7 +405,7 @@ pub fn render() -> String {
         }
     }
 
-    let dropped = crate::access_log::dropped_lines();
+    let dropped = ACCESS_LOG_DROPPED.load(Ordering::Relaxed);
     o.push_str("# HELP gateway_access_log_dropped_total Access-log lines dropped because the sink could not keep up.\n");
     o.push_str("# TYPE gateway_access_log_dropped_total counter\n");
     let _ = writeln!(o, "gateway_access_log_dropped_total {dropped}");

@@ -5,8 +5,9 @@
 use bytes::BytesMut;
 use serde::de::IgnoredAny;
 
-use crate::body::StreamTransform;
-use crate::error::{Dialect, GwError};
+use crate::dialect::error::GwError;
+use crate::dialect::transform::StreamTransform;
+use crate::dialect::Dialect;
 use crate::sse::SseEvent;
 
 #[derive(serde::Deserialize)]

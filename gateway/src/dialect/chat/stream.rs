@@ -1,125 +1,24 @@
-//! OpenAI Chat Completions ⇄ neutral form.
+//! Chat streams: an upstream's chunks into neutral events ([`StreamDecoder`]), and neutral events out
+//! as the client's chunks ([`StreamEncoder`]).
 
 use std::borrow::Cow;
 
 use bytes::BytesMut;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
-use super::{
-    new_id, now_secs, opt_str, upstream_stream_error, Decoder, Encoder, Event, OutPart, Response,
-    StopReason, Usage,
-};
-use crate::error::{Dialect, GwError};
+use super::{chat_id, stop_from, stop_to};
+use crate::dialect::decode::upstream_stream_error;
+use crate::dialect::encode::{new_id, now_secs};
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
+use crate::dialect::Dialect;
 use crate::json::{write_str, write_u64};
 use crate::sse::SseEvent;
 
-pub(crate) fn stop_from(s: &str) -> StopReason {
-    match s {
-        "length" => StopReason::MaxTokens,
-        "tool_calls" | "function_call" => StopReason::ToolUse,
-        "content_filter" => StopReason::ContentFilter,
-        _ => StopReason::End,
-    }
-}
-
-pub(crate) fn stop_to(s: StopReason) -> &'static str {
-    match s {
-        StopReason::End | StopReason::StopSequence => "stop",
-        StopReason::MaxTokens => "length",
-        StopReason::ToolUse => "tool_calls",
-        StopReason::ContentFilter => "content_filter",
-    }
-}
-
-pub fn decode_response(body: &[u8]) -> Result<Response, GwError> {
-    let v: Value = serde_json::from_slice(body).map_err(GwError::bad_upstream)?;
-    let choice = v
-        .get("choices")
-        .and_then(|c| c.get(0))
-        .ok_or_else(|| GwError::bad_upstream("no choices in upstream response"))?;
-    let msg = choice.get("message").unwrap_or(&Value::Null);
-    let mut content = Vec::new();
-    if let Some(t) = msg.get("content").and_then(Value::as_str) {
-        if !t.is_empty() {
-            content.push(OutPart::Text(t.to_owned()));
-        }
-    }
-    if let Some(calls) = msg.get("tool_calls").and_then(Value::as_array) {
-        for c in calls {
-            let f = c.get("function").unwrap_or(&Value::Null);
-            content.push(OutPart::ToolCall {
-                id: opt_str(c, "id").unwrap_or_else(|| new_id("call_")),
-                name: opt_str(f, "name").unwrap_or_default(),
-                arguments: opt_str(f, "arguments").unwrap_or_default(),
-            });
-        }
-    }
-    Ok(Response {
-        id: opt_str(&v, "id").unwrap_or_else(|| new_id("chatcmpl-")),
-        content,
-        stop: stop_from(
-            choice
-                .get("finish_reason")
-                .and_then(Value::as_str)
-                .unwrap_or("stop"),
-        ),
-        usage: Usage::from_json(v.get("usage"), "prompt_tokens", "completion_tokens"),
-    })
-}
-
-pub fn encode_response(r: &Response, alias: &str) -> Value {
-    let text = r.text();
-    let calls: Vec<Value> = r
-        .calls()
-        .map(|(id, name, arguments)| {
-            json!({
-                "id": id, "type": "function",
-                "function": {"name": name, "arguments": arguments},
-            })
-        })
-        .collect();
-    let mut message = json!({
-        "role": "assistant",
-        "content": if text.is_empty() { Value::Null } else { text.into() },
-        "refusal": null,
-    });
-    if !calls.is_empty() {
-        message["tool_calls"] = calls.into();
-    }
-    json!({
-        "id": chat_id(&r.id),
-        "object": "chat.completion",
-        "created": now_secs(),
-        "model": alias,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": stop_to(r.stop),
-        }],
-        "usage": {
-            "prompt_tokens": r.usage.input,
-            "completion_tokens": r.usage.output,
-            "total_tokens": r.usage.input + r.usage.output,
-        },
-    })
-}
-
-fn chat_id(upstream: &str) -> String {
-    if upstream.starts_with("chatcmpl-") {
-        upstream.to_owned()
-    } else {
-        format!("chatcmpl-{upstream}")
-    }
-}
-
-// ---- streams ----
-
 #[derive(Deserialize)]
 struct Chunk<'a> {
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     choices: Vec<ChunkChoice<'a>>,
@@ -133,13 +32,13 @@ struct Chunk<'a> {
 struct ChunkChoice<'a> {
     #[serde(default, borrow)]
     delta: Option<Delta<'a>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
 struct Delta<'a> {
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     tool_calls: Option<Vec<ToolDelta<'a>>>,
@@ -149,7 +48,7 @@ struct Delta<'a> {
 struct ToolDelta<'a> {
     #[serde(default)]
     index: u64,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     id: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     function: Option<FnDelta<'a>>,
@@ -157,9 +56,9 @@ struct ToolDelta<'a> {
 
 #[derive(Deserialize)]
 struct FnDelta<'a> {
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     name: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "super::opt_cow")]
+    #[serde(default, borrow, deserialize_with = "crate::dialect::decode::opt_cow")]
     arguments: Option<Cow<'a, str>>,
 }
 

@@ -1,0 +1,278 @@
+//! Configuration: the JSON file described in docs/contracts.md, checked field by field so that
+//! `gateway validate` can name every problem with its JSON path instead of stopping at the first.
+//!
+//! The checked file is turned into an immutable [`Snapshot`] that the workers share through an
+//! `Arc`; everything a request needs (upstream URIs, auth header values, the model name already
+//! JSON-quoted) is computed here once, not per request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+pub mod check;
+
+use crate::config::check::{Checker, ConfigError};
+use crate::posture::access_log::AccessLogConfig;
+use crate::posture::auth::Keys;
+use crate::posture::limits::Limits;
+use crate::posture::metrics::{MetricsConfig, ModelLabels};
+use crate::routing::Route;
+
+/// The immutable view of the configuration that requests run against.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub routes: HashMap<String, Arc<Route>>,
+    /// `GET /v1/models` never changes between reloads, so it is rendered once.
+    pub models_body: Bytes,
+    pub upstream_timeout: Duration,
+    /// How long a client may take to send its whole body once the headers are in: a client
+    /// trickling bytes holds a connection, so it gets a 408 instead of holding it forever.
+    pub body_read_timeout: Duration,
+    pub max_body_bytes: usize,
+    /// Caller keys (empty = open gateway).
+    pub keys: Keys,
+    /// Rate-limit policies and their live counters.
+    pub limits: Limits,
+    /// Alias → `model` metric label.
+    pub metric_models: ModelLabels,
+}
+
+/// Settings that only matter at startup (they cannot change on reload).
+#[derive(Debug, Clone)]
+pub struct Listen {
+    pub addr: SocketAddr,
+    pub workers: usize,
+    pub drain_timeout: Duration,
+    /// Open client connections a worker keeps; beyond it new ones are closed at accept, so a
+    /// flood of idle sockets cannot exhaust descriptors or memory. `max_connections / workers`.
+    pub max_connections_per_worker: usize,
+    /// Time a connection may take to send a request's headers, and may sit idle between
+    /// keep-alive requests, before it is closed.
+    pub header_timeout: Duration,
+    pub metrics: Option<MetricsConfig>,
+    pub access_log: AccessLogConfig,
+    /// TLS for https upstreams (built-in roots plus `upstream_ca_files`).
+    pub upstream_tls: Arc<rustls::ClientConfig>,
+}
+
+pub struct Config {
+    pub listen: Listen,
+    pub snapshot: Snapshot,
+    pub warnings: Vec<String>,
+}
+
+/// Top-level keys that are accepted; keys reserved for later features are accepted so that
+/// configurations written for a newer gateway still load here.
+const KNOWN_TOP: &[&str] = &[
+    "listen",
+    "workers",
+    "providers",
+    "models",
+    "timeouts",
+    "limits_body_bytes",
+    "drain_ms",
+    "max_connections",
+    "upstream_ca_files",
+    "keys",
+    "limits",
+    "metrics",
+    "access_log",
+];
+
+pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
+    let text = std::fs::read(path).map_err(|e| {
+        vec![ConfigError {
+            path: "$".into(),
+            message: format!("cannot read {path}: {e}"),
+        }]
+    })?;
+    parse(&text)
+}
+
+pub fn parse(text: &[u8]) -> Result<Config, Vec<ConfigError>> {
+    let value: Value = serde_json::from_slice(text).map_err(|e| {
+        vec![ConfigError {
+            path: "$".into(),
+            message: format!("invalid JSON: {e}"),
+        }]
+    })?;
+    let mut c = Checker::default();
+    let cfg = check(&mut c, &value);
+    match cfg {
+        Some(cfg) if c.errors.is_empty() => Ok(Config {
+            warnings: c.warnings,
+            ..cfg
+        }),
+        _ => Err(c.errors),
+    }
+}
+
+/// The whole file: the base settings here, every other section by the module that owns it.
+fn check(c: &mut Checker, root: &Value) -> Option<Config> {
+    let top = c.obj(root, "$")?;
+    for k in top.keys() {
+        if !KNOWN_TOP.contains(&k.as_str()) {
+            c.warnings.push(format!("$.{k}: unknown key, ignored"));
+        }
+    }
+
+    let addr = c.string(top, "listen", "$").and_then(|s| match s.parse() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            c.err("$.listen", format!("{s:?} is not an IP:port address"));
+            None
+        }
+    });
+    let workers = c
+        .positive(top, "workers", "$")
+        .map(|n| n as usize)
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+    if workers > 1024 {
+        c.err("$.workers", "must be at most 1024");
+    }
+
+    let mut upstream_ms = 60_000;
+    let mut body_read_ms = 30_000;
+    let mut header_ms = 30_000;
+    if let Some(t) = top.get("timeouts") {
+        if let Some(t) = c.obj(t, "$.timeouts") {
+            if let Some(ms) = c.positive(t, "upstream_ms", "$.timeouts") {
+                upstream_ms = ms;
+            }
+            if let Some(ms) = c.positive(t, "body_read_ms", "$.timeouts") {
+                body_read_ms = ms;
+            }
+            if let Some(ms) = c.positive(t, "header_ms", "$.timeouts") {
+                header_ms = ms;
+            }
+        }
+    }
+    let max_body_bytes = c.positive(top, "limits_body_bytes", "$").unwrap_or(4 << 20) as usize;
+    let drain_ms = c.positive(top, "drain_ms", "$").unwrap_or(30_000);
+    let max_connections = c.positive(top, "max_connections", "$").unwrap_or(16_384) as usize;
+    let ca_files = match top.get("upstream_ca_files").map(Vec::<String>::deserialize) {
+        None => Vec::new(),
+        Some(Ok(files)) => files,
+        Some(Err(_)) => {
+            c.err("$.upstream_ca_files", "must be an array of PEM file paths");
+            Vec::new()
+        }
+    };
+    let upstream_tls = crate::http::tls::client_config(&ca_files)
+        .map_err(|e| c.err("$.upstream_ca_files", e))
+        .ok();
+
+    let providers = crate::provider::upstream::section(c, top);
+    let routes = crate::routing::section(c, top, &providers);
+
+    let keys = Keys::from_config(top.get("keys"), &mut c.errors, &mut c.warnings);
+    let aliases: Vec<&str> = routes.keys().map(String::as_str).collect();
+    let limits = Limits::from_config(
+        top.get("limits"),
+        &keys.ids(),
+        &aliases,
+        &mut c.errors,
+        &mut c.warnings,
+    );
+    let metric_models = ModelLabels::new(aliases.iter().copied());
+    let metrics = MetricsConfig::from_config(top.get("metrics"), &mut c.errors);
+    let access_log = AccessLogConfig::from_config(top.get("access_log"), &mut c.errors);
+
+    let addr = addr?;
+    let upstream_tls = upstream_tls?;
+    let models_body = crate::routing::models_body(&routes);
+
+    Some(Config {
+        listen: Listen {
+            addr,
+            workers,
+            drain_timeout: Duration::from_millis(drain_ms),
+            max_connections_per_worker: max_connections.div_ceil(workers).max(1),
+            header_timeout: Duration::from_millis(header_ms),
+            metrics,
+            access_log,
+            upstream_tls,
+        },
+        snapshot: Snapshot {
+            routes,
+            models_body,
+            upstream_timeout: Duration::from_millis(upstream_ms),
+            body_read_timeout: Duration::from_millis(body_read_ms),
+            max_body_bytes,
+            keys,
+            limits,
+            metric_models,
+        },
+        warnings: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_every_error_with_path() {
+        let cfg = br#"{"listen":"nope","providers":{"a":{"kind":"x","base_url":"ftp://h","api_key_env":"K"}},
+                      "models":{"m":{"provider":"zz","model":"u"}},
+                      "upstream_ca_files":["/nonexistent/ca.pem"]}"#;
+        let errs = parse(cfg).err().unwrap();
+        let paths: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"$.listen"), "{paths:?}");
+        assert!(paths.contains(&"$.providers.a.kind"), "{paths:?}");
+        assert!(paths.contains(&"$.providers.a.base_url"), "{paths:?}");
+        assert!(paths.contains(&"$.models.m.provider"), "{paths:?}");
+        assert!(paths.contains(&"$.upstream_ca_files"), "{paths:?}");
+        let errs = parse(
+            br#"{"listen":"127.0.0.1:0","providers":{},"models":{},"upstream_ca_files":"x.pem"}"#,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            errs.iter().any(|e| e.path == "$.upstream_ca_files"),
+            "{errs:?}"
+        );
+    }
+
+    #[test]
+    fn accepts_contract_example() {
+        let cfg = br#"{"listen":"127.0.0.1:0","workers":1,
+          "providers":{"o":{"kind":"openai","base_url":"http://127.0.0.1:9","api_key_env":"NOPE_X"}},
+          "models":{"gpt":{"provider":"o","model":"mock-gpt"}}}"#;
+        let c = parse(cfg).ok().unwrap();
+        assert_eq!(c.listen.workers, 1);
+        let r = &c.snapshot.routes["gpt"];
+        assert_eq!(&r.upstream_json[..], b"\"mock-gpt\"");
+        assert_eq!(
+            r.provider.chat_uri,
+            "http://127.0.0.1:9/v1/chat/completions"
+        );
+        assert!(
+            c.warnings.iter().all(|w| !w.contains("unknown key")),
+            "{:?}",
+            c.warnings
+        );
+        let https = br#"{"listen":"127.0.0.1:0","max_connections":64,
+          "providers":{"o":{"kind":"anthropic","base_url":"https://api.example.com","api_key_env":"NOPE_X"}},
+          "models":{"c":{"provider":"o","model":"m"}}}"#;
+        let c = parse(https).ok().unwrap();
+        assert_eq!(
+            c.snapshot.routes["c"].provider.messages_uri,
+            "https://api.example.com/v1/messages"
+        );
+        assert!(
+            c.warnings.iter().all(|w| !w.contains("max_connections")),
+            "max_connections is a known key: {:?}",
+            c.warnings
+        );
+    }
+}

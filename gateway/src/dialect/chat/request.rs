@@ -1,0 +1,333 @@
+//! Chat requests: a client's chat request into the neutral [`Request`] ([`decode`]), and a neutral
+//! request out as the body for a chat upstream ([`encode`]).
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::dialect::decode::{bad, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef};
+use crate::dialect::encode::{array, content, text_part, Obj, EMPTY_SCHEMA};
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Args, Image, Message, Part, Request, Role, Text, ToolChoice};
+use crate::json::write_str;
+
+#[derive(Deserialize)]
+struct ChatReq<'a> {
+    #[serde(borrow)]
+    messages: Vec<ChatMsg<'a>>,
+    #[serde(default, borrow)]
+    tools: Option<Vec<ChatTool<'a>>>,
+    #[serde(default, borrow)]
+    tool_choice: Option<&'a RawValue>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default, borrow)]
+    stop: Option<&'a RawValue>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ChatMsg<'a> {
+    #[serde(borrow)]
+    role: Cow<'a, str>,
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ChatToolCall<'a>>>,
+    #[serde(default, borrow)]
+    tool_call_id: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ChatToolCall<'a> {
+    #[serde(default, borrow)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    function: ChatFn<'a>,
+}
+
+#[derive(Deserialize)]
+struct ChatFn<'a> {
+    #[serde(borrow)]
+    name: &'a RawValue,
+    #[serde(default, borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ChatTool<'a> {
+    #[serde(borrow)]
+    function: ToolDef<'a>,
+}
+
+pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
+    let c: ChatReq = parse(body)?;
+    let mut r = Request {
+        max_tokens: c.max_completion_tokens.or(c.max_tokens),
+        temperature: c.temperature,
+        top_p: c.top_p,
+        stream: c.stream.unwrap_or(false),
+        include_usage: c
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+        tool_choice: openai_choice(c.tool_choice)?,
+        ..Request::default()
+    };
+    for m in c.messages {
+        match &*m.role {
+            "system" | "developer" => r.system.extend(texts(m.content, "system content")?),
+            "user" => {
+                // Keep one turn per client message: two user messages in a row stay two turns
+                // for a chat upstream (merging happens only where the target requires it).
+                r.messages.push(Message {
+                    role: Role::User,
+                    parts: parts(m.content, "user content", true)?,
+                });
+            }
+            "assistant" => {
+                let mut parts: Vec<Part> = texts(m.content, "assistant content")?
+                    .into_iter()
+                    .map(Part::Text)
+                    .collect();
+                for tc in m.tool_calls.unwrap_or_default() {
+                    parts.push(Part::ToolCall {
+                        id: opt_lit(tc.id, "tool call id")?.unwrap_or(Text::Own(String::new())),
+                        name: lit(tc.function.name, "function name")?,
+                        args: Args::Str(
+                            opt_lit(tc.function.arguments, "function arguments")?
+                                .unwrap_or(Text::Own(String::new())),
+                        ),
+                    });
+                }
+                r.messages.push(Message {
+                    role: Role::Assistant,
+                    parts,
+                });
+            }
+            "tool" => {
+                let part = Part::ToolResult {
+                    id: opt_lit(m.tool_call_id, "tool_call_id")?
+                        .unwrap_or(Text::Own(String::new())),
+                    content: texts(m.content, "tool content")?,
+                    is_error: false,
+                };
+                // Consecutive tool results answer one assistant turn: one user turn holds them.
+                match r.messages.last_mut() {
+                    Some(last)
+                        if last.role == Role::User
+                            && last
+                                .parts
+                                .iter()
+                                .all(|p| matches!(p, Part::ToolResult { .. })) =>
+                    {
+                        last.parts.push(part)
+                    }
+                    _ => r.messages.push(Message {
+                        role: Role::User,
+                        parts: vec![part],
+                    }),
+                }
+            }
+            other => return Err(bad(format!("messages: unknown role {other:?}"))),
+        }
+    }
+    for t in c.tools.unwrap_or_default() {
+        r.tools.push(t.function.tool()?);
+    }
+    if let Some(stop) = c.stop {
+        let s = stop.get();
+        if s.starts_with('"') {
+            r.stop.push(Text::Lit(s));
+        } else if s.starts_with('[') {
+            let items: Vec<&RawValue> =
+                serde_json::from_str(s).map_err(|e| bad(format!("stop: {e}")))?;
+            for i in items {
+                r.stop.push(lit(i, "stop")?);
+            }
+        }
+    }
+    Ok(r)
+}
+
+/// A chat `image_url` part.
+fn chat_image(out: &mut BytesMut, img: &Image) {
+    out.extend_from_slice(b"{\"type\":\"image_url\",\"image_url\":{\"url\":");
+    match img {
+        Image::Url(t) => t.write(out),
+        Image::Base64 { media_type, data } => write_str(
+            out,
+            &format!("data:{};base64,{}", media_type.decode(), data.decode()),
+        ),
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// The arguments as the JSON *string* OpenAI expects.
+fn args_as_string(out: &mut BytesMut, a: &Args) {
+    match a {
+        Args::Str(t) => t.write(out),
+        Args::Obj(raw) => write_str(out, raw),
+    }
+}
+
+pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(1024);
+    let mut o = Obj::new(&mut out);
+    o.raw("model", model_json);
+    let msgs = o.key("messages");
+    msgs.extend_from_slice(b"[");
+    let mut first = true;
+    let mut sep = |out: &mut BytesMut| {
+        if !std::mem::take(&mut first) {
+            out.extend_from_slice(b",");
+        }
+    };
+    for s in &r.system {
+        sep(msgs);
+        msgs.extend_from_slice(b"{\"role\":\"system\",\"content\":");
+        s.write(msgs);
+        msgs.extend_from_slice(b"}");
+    }
+    for m in &r.messages {
+        let texts: Vec<&Text> = m
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t),
+                _ => None,
+            })
+            .collect();
+        match m.role {
+            Role::User => {
+                // Tool results are their own `tool` messages, ahead of the user's text.
+                for p in &m.parts {
+                    if let Part::ToolResult { id, content: c, .. } = p {
+                        sep(msgs);
+                        msgs.extend_from_slice(b"{\"role\":\"tool\",\"tool_call_id\":");
+                        id.write(msgs);
+                        msgs.extend_from_slice(b",\"content\":");
+                        content(msgs, &c.iter().collect::<Vec<_>>());
+                        msgs.extend_from_slice(b"}");
+                    }
+                }
+                let with_images = m.parts.iter().any(|p| matches!(p, Part::Image(_)));
+                if with_images {
+                    // Text and images in the client's order, as content parts.
+                    let items: Vec<&Part> = m
+                        .parts
+                        .iter()
+                        .filter(|p| matches!(p, Part::Text(_) | Part::Image(_)))
+                        .collect();
+                    sep(msgs);
+                    msgs.extend_from_slice(b"{\"role\":\"user\",\"content\":");
+                    array(msgs, &items, |out, p| match p {
+                        Part::Text(t) => text_part(out, t),
+                        Part::Image(img) => chat_image(out, img),
+                        _ => {}
+                    });
+                    msgs.extend_from_slice(b"}");
+                } else if !texts.is_empty() {
+                    sep(msgs);
+                    msgs.extend_from_slice(b"{\"role\":\"user\",\"content\":");
+                    content(msgs, &texts);
+                    msgs.extend_from_slice(b"}");
+                }
+            }
+            Role::Assistant => {
+                sep(msgs);
+                msgs.extend_from_slice(b"{\"role\":\"assistant\",\"content\":");
+                if texts.is_empty() {
+                    msgs.extend_from_slice(b"null");
+                } else {
+                    content(msgs, &texts);
+                }
+                let calls: Vec<&Part> = m
+                    .parts
+                    .iter()
+                    .filter(|p| matches!(p, Part::ToolCall { .. }))
+                    .collect();
+                if !calls.is_empty() {
+                    msgs.extend_from_slice(b",\"tool_calls\":");
+                    array(msgs, &calls, |out, p| {
+                        if let Part::ToolCall { id, name, args } = p {
+                            out.extend_from_slice(b"{\"id\":");
+                            id.write(out);
+                            out.extend_from_slice(
+                                b",\"type\":\"function\",\"function\":{\"name\":",
+                            );
+                            name.write(out);
+                            out.extend_from_slice(b",\"arguments\":");
+                            args_as_string(out, args);
+                            out.extend_from_slice(b"}}");
+                        }
+                    });
+                }
+                msgs.extend_from_slice(b"}");
+            }
+        }
+    }
+    msgs.extend_from_slice(b"]");
+    if !r.tools.is_empty() {
+        array(o.key("tools"), &r.tools, |out, t| {
+            out.extend_from_slice(b"{\"type\":\"function\",\"function\":{\"name\":");
+            t.name.write(out);
+            if let Some(d) = &t.description {
+                out.extend_from_slice(b",\"description\":");
+                d.write(out);
+            }
+            out.extend_from_slice(b",\"parameters\":");
+            out.extend_from_slice(t.parameters.map_or(EMPTY_SCHEMA, str::as_bytes));
+            out.extend_from_slice(b"}}");
+        });
+    }
+    if let Some(c) = &r.tool_choice {
+        let out = o.key("tool_choice");
+        match c {
+            ToolChoice::Auto => out.extend_from_slice(b"\"auto\""),
+            ToolChoice::None => out.extend_from_slice(b"\"none\""),
+            ToolChoice::Required => out.extend_from_slice(b"\"required\""),
+            ToolChoice::Named(n) => {
+                out.extend_from_slice(b"{\"type\":\"function\",\"function\":{\"name\":");
+                n.write(out);
+                out.extend_from_slice(b"}}");
+            }
+        }
+    }
+    if let Some(n) = r.max_tokens {
+        o.u64("max_tokens", n);
+    }
+    if let Some(t) = r.temperature {
+        o.f64("temperature", t);
+    }
+    if let Some(t) = r.top_p {
+        o.f64("top_p", t);
+    }
+    if !r.stop.is_empty() {
+        array(o.key("stop"), &r.stop, |out, s| s.write(out));
+    }
+    if r.stream {
+        o.raw("stream", b"true");
+        // Usage is needed for every client dialect's final event, whatever the client asked.
+        o.raw("stream_options", b"{\"include_usage\":true}");
+    }
+    o.end();
+    out.freeze()
+}

@@ -1,0 +1,303 @@
+//! Decoding helpers every dialect module uses: client JSON literals into neutral [`Text`], the
+//! content-part and tool shapes OpenAI's two dialects share (Anthropic's tool choice has the same
+//! named form), and the small readers of upstream responses.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Image, Part, Role, Text, Tool, ToolChoice};
+
+/// For optional string fields: borrows from the input unless the string contains escapes.
+/// serde borrows only for a field typed exactly `Cow<str>`; through `Option` it would allocate
+/// every time, which on a stream is once per frame.
+pub fn opt_cow<'de: 'a, 'a, D>(d: D) -> Result<Option<Cow<'a, str>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(serde::Deserialize)]
+    #[serde(transparent)]
+    struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(<Option<Str<'a>> as serde::Deserialize>::deserialize(d)?.map(|s| s.0))
+}
+
+pub fn bad(msg: impl Into<String>) -> GwError {
+    GwError::bad_request(msg)
+}
+
+pub fn opt_str(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// Parses the arguments JSON text for dialects that carry arguments as an object.
+pub fn args_value(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::Object(Default::default()))
+}
+
+/// Upstream error event inside a stream → the gateway's error, keeping the upstream's message.
+pub fn upstream_stream_error(data: &[u8]) -> GwError {
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let msg = v
+        .get("error")
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .or_else(|| v.get("message").and_then(Value::as_str))
+        .unwrap_or("upstream reported an error mid-stream");
+    GwError::new(
+        http::StatusCode::BAD_GATEWAY,
+        format!("upstream error: {msg}"),
+    )
+}
+
+// ---- client requests ----
+
+pub fn lit<'a>(raw: &'a RawValue, what: &str) -> Result<Text<'a>, GwError> {
+    let s = raw.get();
+    if s.starts_with('"') {
+        Ok(Text::Lit(s))
+    } else {
+        Err(bad(format!("{what} must be a string")))
+    }
+}
+
+pub fn opt_lit<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Option<Text<'a>>, GwError> {
+    raw.map(|r| lit(r, what)).transpose()
+}
+
+pub fn object<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Option<&'a str>, GwError> {
+    match raw {
+        None => Ok(None),
+        Some(r) if r.get().starts_with('{') => Ok(Some(r.get())),
+        Some(_) => Err(bad(format!("{what} must be an object"))),
+    }
+}
+
+/// A content part of OpenAI's dialects: chat (`text`, `image_url`, `refusal`, …) and Responses
+/// (`input_text`, `output_text`, `input_image`, …).
+#[derive(Deserialize)]
+pub struct ContentPart<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    text: Option<&'a RawValue>,
+    /// Chat: `{"url": …}`; Responses: the URL itself.
+    #[serde(default, borrow)]
+    image_url: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    refusal: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+pub struct ChatImageUrl<'a> {
+    #[serde(borrow)]
+    url: &'a RawValue,
+}
+
+/// `data:<media type>;base64,<data>` → (media type, data).
+pub fn split_data_url(url: &str) -> Option<(&str, &str)> {
+    let (media_type, data) = url.strip_prefix("data:")?.split_once(',')?;
+    let media_type = media_type.strip_suffix(";base64")?;
+    (!media_type.is_empty() && !data.is_empty()).then_some((media_type, data))
+}
+
+/// An image URL as a client sent it: http(s), kept as written, or a base64 data URL, split.
+pub fn image_url<'a>(raw: &'a RawValue, what: &str) -> Result<Image<'a>, GwError> {
+    let t = lit(raw, what)?;
+    let url = t.decode();
+    if let Some((media_type, data)) = split_data_url(&url) {
+        return Ok(Image::Base64 {
+            media_type: Text::Own(media_type.to_owned()),
+            data: Text::Own(data.to_owned()),
+        });
+    }
+    if url.starts_with("data:") || !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(bad(format!(
+            "{what} must be an http(s) URL or a data:<media type>;base64,<data> URL"
+        )));
+    }
+    Ok(Image::Url(t))
+}
+
+/// Why a part of this kind has no translation: said to the client rather than dropped.
+pub fn untranslatable(what: &str, kind: &str) -> GwError {
+    bad(format!(
+        "{what}: a content part of type {kind:?} cannot be translated to this model's upstream \
+         dialect"
+    ))
+}
+
+/// Parts of a content value that is a string, null, or an array of OpenAI content parts. Images
+/// are taken only where `images` (user turns); any other part without a translation is refused
+/// with a 400 naming it, never dropped.
+pub fn parts<'a>(
+    raw: Option<&'a RawValue>,
+    what: &str,
+    images: bool,
+) -> Result<Vec<Part<'a>>, GwError> {
+    let Some(raw) = raw else {
+        return Ok(Vec::new());
+    };
+    let s = raw.get();
+    match s.as_bytes().first() {
+        Some(b'"') => Ok(vec![Part::Text(Text::Lit(s))]),
+        Some(b'n') => Ok(Vec::new()),
+        Some(b'[') => {
+            let list: Vec<ContentPart<'a>> =
+                serde_json::from_str(s).map_err(|e| bad(format!("{what}: {e}")))?;
+            let mut out = Vec::with_capacity(list.len());
+            for p in list {
+                let kind = p.kind.as_deref();
+                match kind {
+                    None | Some("text" | "input_text" | "output_text") => {
+                        if let Some(t) = p.text {
+                            out.push(Part::Text(lit(t, what)?));
+                        }
+                    }
+                    Some("refusal") => {
+                        if let Some(t) = p.refusal {
+                            out.push(Part::Text(lit(t, what)?));
+                        }
+                    }
+                    Some(k @ ("image_url" | "input_image")) => {
+                        if !images {
+                            return Err(bad(format!(
+                                "{what}: images are translated only in user messages"
+                            )));
+                        }
+                        let url = match p.image_url {
+                            Some(u) if u.get().starts_with('{') => {
+                                let u: ChatImageUrl = serde_json::from_str(u.get())
+                                    .map_err(|e| bad(format!("{what}: image_url: {e}")))?;
+                                u.url
+                            }
+                            Some(u) => u,
+                            None => {
+                                return Err(bad(format!(
+                                    "{what}: an {k} part needs an image_url (images by file id \
+                                     cannot be translated: the upstream cannot see those files)"
+                                )))
+                            }
+                        };
+                        out.push(Part::Image(image_url(url, &format!("{what}: image_url"))?));
+                    }
+                    Some(k) => return Err(untranslatable(what, k)),
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(bad(format!("{what} must be a string or an array"))),
+    }
+}
+
+/// Text of a content value where only text can go (system prompts, tool results, assistant
+/// turns): any other part is refused with a 400 naming it.
+pub fn texts<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Vec<Text<'a>>, GwError> {
+    Ok(parts(raw, what, false)?
+        .into_iter()
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t),
+            _ => None,
+        })
+        .collect())
+}
+
+pub fn role_of(s: &str, what: &str) -> Result<Role, GwError> {
+    match s {
+        "user" => Ok(Role::User),
+        "assistant" => Ok(Role::Assistant),
+        other => Err(bad(format!("{what}: unknown role {other:?}"))),
+    }
+}
+
+pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, GwError> {
+    serde_json::from_slice(body).map_err(|e| bad(format!("invalid request: {e}")))
+}
+
+/// A function definition: OpenAI chat nests it in `function`, Responses flattens it.
+#[derive(Deserialize)]
+pub struct ToolDef<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: &'a RawValue,
+    #[serde(default, borrow)]
+    description: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    parameters: Option<&'a RawValue>,
+}
+
+impl<'a> ToolDef<'a> {
+    pub fn tool(self) -> Result<Tool<'a>, GwError> {
+        Ok(Tool {
+            name: lit(self.name, "tool name")?,
+            description: opt_lit(self.description, "tool description")?,
+            parameters: object(self.parameters, "tool parameters")?,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+pub struct NamedChoice<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    pub name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    function: Option<NamedFn<'a>>,
+}
+
+#[derive(Deserialize)]
+pub struct NamedFn<'a> {
+    #[serde(borrow)]
+    name: &'a RawValue,
+}
+
+/// OpenAI tool choice (chat or responses): a mode string or a named function.
+pub fn openai_choice(raw: Option<&RawValue>) -> Result<Option<ToolChoice<'_>>, GwError> {
+    let Some(raw) = raw else { return Ok(None) };
+    let s = raw.get();
+    if s.starts_with('"') {
+        let mode: Cow<str> =
+            serde_json::from_str(s).map_err(|e| bad(format!("tool_choice: {e}")))?;
+        return Ok(Some(match &*mode {
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => ToolChoice::Auto,
+        }));
+    }
+    let c: NamedChoice = serde_json::from_str(s).map_err(|e| bad(format!("tool_choice: {e}")))?;
+    let name = c.function.map(|f| f.name).or(c.name);
+    Ok(match name {
+        Some(n) => Some(ToolChoice::Named(lit(n, "tool_choice name")?)),
+        None => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn optional_strings_borrow_unless_escaped() {
+        #[derive(serde::Deserialize)]
+        struct S<'a> {
+            #[serde(default, borrow, deserialize_with = "opt_cow")]
+            a: Option<Cow<'a, str>>,
+            #[serde(default, borrow, deserialize_with = "opt_cow")]
+            b: Option<Cow<'a, str>>,
+            #[serde(default, borrow, deserialize_with = "opt_cow")]
+            c: Option<Cow<'a, str>>,
+        }
+        let s: S = serde_json::from_str(r#"{"a":"plain","b":"q\"x","c":null}"#).unwrap();
+        assert!(matches!(s.a, Some(Cow::Borrowed("plain"))));
+        assert!(matches!(s.b.as_deref(), Some("q\"x")));
+        assert!(matches!(s.b, Some(Cow::Owned(_))));
+        assert!(s.c.is_none());
+    }
+}

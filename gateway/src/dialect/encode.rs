@@ -1,0 +1,113 @@
+//! Encoding helpers the dialect modules share: a JSON object and array writer for the translated
+//! request bodies, the text-part forms both upstream dialects accept, and fresh ids.
+
+use bytes::BytesMut;
+
+use crate::dialect::neutral::Text;
+use crate::json::write_u64;
+
+/// Writes `{` … `}` with commas between fields.
+pub struct Obj<'o> {
+    out: &'o mut BytesMut,
+    first: bool,
+}
+
+impl<'o> Obj<'o> {
+    pub fn new(out: &'o mut BytesMut) -> Self {
+        out.extend_from_slice(b"{");
+        Obj { out, first: true }
+    }
+    pub fn key(&mut self, k: &str) -> &mut BytesMut {
+        if !self.first {
+            self.out.extend_from_slice(b",");
+        }
+        self.first = false;
+        self.out.extend_from_slice(b"\"");
+        self.out.extend_from_slice(k.as_bytes());
+        self.out.extend_from_slice(b"\":");
+        self.out
+    }
+    pub fn raw(&mut self, k: &str, v: &[u8]) {
+        self.key(k).extend_from_slice(v);
+    }
+    pub fn text(&mut self, k: &str, t: &Text) {
+        let o = self.key(k);
+        t.write(o);
+    }
+    pub fn u64(&mut self, k: &str, n: u64) {
+        let o = self.key(k);
+        write_u64(o, n);
+    }
+    pub fn f64(&mut self, k: &str, f: f64) {
+        let s = if f.is_finite() {
+            format!("{f}")
+        } else {
+            "null".into()
+        };
+        self.raw(k, s.as_bytes());
+    }
+    pub fn end(self) {
+        self.out.extend_from_slice(b"}");
+    }
+}
+
+/// Writes items separated by commas inside `[` … `]`.
+pub fn array<T>(out: &mut BytesMut, items: &[T], mut each: impl FnMut(&mut BytesMut, &T)) {
+    out.extend_from_slice(b"[");
+    for (i, it) in items.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b",");
+        }
+        each(out, it);
+    }
+    out.extend_from_slice(b"]");
+}
+
+/// `{"type":"text","text":…}`, a text part as both dialects write it.
+pub fn text_part(out: &mut BytesMut, t: &Text) {
+    out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+    t.write(out);
+    out.extend_from_slice(b"}");
+}
+
+/// `[{"type":"text","text":…},…]`, the content-part form both dialects accept.
+pub fn text_parts(out: &mut BytesMut, texts: &[&Text]) {
+    array(out, texts, |out, t| text_part(out, t));
+}
+
+/// A content value: one text as a plain string, several as text parts, none as "".
+pub fn content(out: &mut BytesMut, texts: &[&Text]) {
+    match texts {
+        [] => out.extend_from_slice(b"\"\""),
+        [one] => one.write(out),
+        many => text_parts(out, many),
+    }
+}
+
+pub const EMPTY_SCHEMA: &[u8] = b"{\"type\":\"object\",\"properties\":{}}";
+
+/// A fresh id with the dialect's prefix. Ids only need to be unique enough for clients to tell
+/// objects apart; a per-thread counter mixed with the time is plenty and costs no syscall.
+pub fn new_id(prefix: &str) -> String {
+    use std::cell::Cell;
+    thread_local! {
+        static NEXT: Cell<u64> = const { Cell::new(0) };
+    }
+    let n = NEXT.with(|c| {
+        let v = c.get().wrapping_add(1);
+        c.set(v);
+        v
+    });
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    format!("{prefix}{:016x}{:08x}", t, n as u32)
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}

@@ -1,0 +1,32 @@
+//! The client-facing API dialects and everything each one needs, beside the neutral form they are
+//! translated through.
+//!
+//! - [`chat`], [`messages`], [`responses`]: one module per dialect, each with its `request`,
+//!   `response` and `stream` halves (into and out of the neutral form).
+//! - [`neutral`]: the neutral form; [`decode`] and [`encode`]: helpers the dialect modules share.
+//! - [`translate`]: pairs a client dialect with an upstream dialect through the neutral form.
+//! - [`native`]: the stream of a route whose upstream speaks the client's own dialect.
+//! - [`transform`]: what a stream translation is; [`error`]: the error every layer returns, in
+//!   each dialect's shape.
+//!
+//! Nothing here knows about HTTP connections, configuration or posture: the modules take bytes and
+//! return bytes (or neutral values), which is what lets the fuzz targets drive them directly.
+
+pub mod chat;
+pub mod decode;
+pub mod encode;
+pub mod error;
+pub mod messages;
+pub mod native;
+pub mod neutral;
+pub mod responses;
+pub mod transform;
+pub mod translate;
+
+/// The three client-facing API dialects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Chat,
+    Messages,
+    Responses,
+}

@@ -1,0 +1,274 @@
+//! The neutral form every dialect is decoded into and encoded out of, so that n dialects need n
+//! decoders and n encoders rather than n² pairwise translators.
+//!
+//! Requests keep what the three dialects share: system text, turns of text and images, tool calls
+//! and tool results, tool definitions and choice, sampling limits, stop sequences. Strings the
+//! upstream request carries unchanged are kept as the JSON literal the client wrote ([`Text::Lit`]),
+//! so translation copies bytes instead of unescaping and re-escaping them. Responses and stream
+//! events keep the answer's text and tool calls, the stop reason and the usage.
+
+use std::borrow::Cow;
+
+use bytes::BytesMut;
+
+use crate::dialect::error::GwError;
+use crate::json::write_str;
+use crate::sse::SseEvent;
+
+// ---- requests ----
+
+/// Text from the client's request.
+#[derive(Debug, Clone)]
+pub enum Text<'a> {
+    /// A JSON string literal exactly as the client wrote it, quotes and escapes included.
+    Lit(&'a str),
+    Own(String),
+}
+
+impl Text<'_> {
+    pub fn write(&self, out: &mut BytesMut) {
+        match self {
+            Text::Lit(l) => out.extend_from_slice(l.as_bytes()),
+            Text::Own(s) => write_str(out, s),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Text::Lit(l) => *l == "\"\"",
+            Text::Own(s) => s.is_empty(),
+        }
+    }
+    pub fn decode(&self) -> Cow<'_, str> {
+        match self {
+            Text::Lit(l) => serde_json::from_str::<Cow<str>>(l).unwrap_or_default(),
+            Text::Own(s) => Cow::Borrowed(s),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug)]
+pub enum Args<'a> {
+    /// OpenAI: a JSON string whose content is the arguments object.
+    Str(Text<'a>),
+    /// Anthropic: the arguments object itself, as raw JSON.
+    Obj(&'a str),
+}
+
+/// An image in a user turn. Both upstream dialects take images by URL and inline (base64), so
+/// every form a client can send by value translates; images by file id cannot (the upstream
+/// cannot see another provider's files) and are refused at decoding.
+#[derive(Debug)]
+pub enum Image<'a> {
+    /// An `http(s)://` URL literal as the client wrote it.
+    Url(Text<'a>),
+    /// Inline data: Anthropic's base64 source, or an OpenAI `data:<type>;base64,<data>` URL
+    /// split once at decoding.
+    Base64 {
+        media_type: Text<'a>,
+        data: Text<'a>,
+    },
+}
+
+#[derive(Debug)]
+pub enum Part<'a> {
+    Text(Text<'a>),
+    Image(Image<'a>),
+    ToolCall {
+        id: Text<'a>,
+        name: Text<'a>,
+        args: Args<'a>,
+    },
+    ToolResult {
+        id: Text<'a>,
+        content: Vec<Text<'a>>,
+        is_error: bool,
+    },
+}
+
+#[derive(Debug)]
+pub struct Message<'a> {
+    pub role: Role,
+    pub parts: Vec<Part<'a>>,
+}
+
+#[derive(Debug)]
+pub struct Tool<'a> {
+    pub name: Text<'a>,
+    pub description: Option<Text<'a>>,
+    /// JSON schema, raw.
+    pub parameters: Option<&'a str>,
+}
+
+#[derive(Debug)]
+pub enum ToolChoice<'a> {
+    Auto,
+    None,
+    Required,
+    Named(Text<'a>),
+}
+
+#[derive(Debug, Default)]
+pub struct Request<'a> {
+    pub system: Vec<Text<'a>>,
+    pub messages: Vec<Message<'a>>,
+    pub tools: Vec<Tool<'a>>,
+    pub tool_choice: Option<ToolChoice<'a>>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<Text<'a>>,
+    pub stream: bool,
+    /// Chat clients only: whether they asked for the final usage chunk.
+    pub include_usage: bool,
+}
+
+impl<'a> Request<'a> {
+    /// Adds a part to the last turn when it has the same role, else starts a turn.
+    pub fn push(&mut self, role: Role, part: Part<'a>) {
+        match self.messages.last_mut() {
+            Some(m) if m.role == role => m.parts.push(part),
+            _ => self.messages.push(Message {
+                role,
+                parts: vec![part],
+            }),
+        }
+    }
+}
+
+// ---- responses and streams ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    End,
+    MaxTokens,
+    ToolUse,
+    StopSequence,
+    ContentFilter,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Usage {
+    /// Reads a provider's usage object, whose two counters each dialect names its own way.
+    pub fn from_json(usage: Option<&serde_json::Value>, input: &str, output: &str) -> Usage {
+        let count = |k: &str| {
+            usage
+                .and_then(|u| u.get(k))
+                .and_then(serde_json::Value::as_u64)
+        };
+        Usage {
+            input: count(input).unwrap_or(0),
+            output: count(output).unwrap_or(0),
+        }
+    }
+
+    /// Applies a stream's usage report: each counter it carries replaces the one so far.
+    pub fn update(&mut self, input: Option<u64>, output: Option<u64>) {
+        if let Some(i) = input {
+            self.input = i;
+        }
+        if let Some(o) = output {
+            self.output = o;
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub id: String,
+    pub content: Vec<OutPart>,
+    pub stop: StopReason,
+    pub usage: Usage,
+}
+
+impl Response {
+    /// The text parts joined, for the dialects that carry an answer's text in one field (chat's
+    /// `message.content`, the Responses message item).
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|p| match p {
+                OutPart::Text(t) => Some(t.as_str()),
+                OutPart::ToolCall { .. } => None,
+            })
+            .collect()
+    }
+
+    /// The tool calls as (id, name, arguments), for the dialects that list them apart from the
+    /// text.
+    pub fn calls(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        self.content.iter().filter_map(|p| match p {
+            OutPart::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some((id.as_str(), name.as_str(), arguments.as_str())),
+            OutPart::Text(_) => None,
+        })
+    }
+}
+
+#[derive(Debug)]
+pub enum OutPart {
+    Text(String),
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+/// One step of an upstream stream, in neutral form. Strings borrow from the upstream frame
+/// (they are copied only when they contain JSON escapes), since every event is encoded for the
+/// client before the next frame is looked at.
+#[derive(Debug)]
+pub enum Event<'a> {
+    Start {
+        id: Cow<'a, str>,
+        input_tokens: Option<u64>,
+    },
+    Text(Cow<'a, str>),
+    /// A new tool call; `index` is the upstream's index for it, which later argument deltas
+    /// refer to.
+    ToolStart {
+        index: u64,
+        id: Cow<'a, str>,
+        name: Cow<'a, str>,
+    },
+    ToolArgs {
+        index: u64,
+        delta: Cow<'a, str>,
+    },
+    Stop(StopReason),
+    Usage {
+        input: Option<u64>,
+        output: Option<u64>,
+    },
+    /// The upstream's terminal frame.
+    Done,
+}
+
+/// Emits client-dialect SSE for neutral events.
+pub trait Encoder: Send {
+    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut);
+    fn error(&mut self, err: &GwError, out: &mut BytesMut);
+}
+
+/// Parses upstream SSE events into neutral events.
+pub trait Decoder: Send {
+    fn event<'a>(
+        &mut self,
+        ev: &'a SseEvent,
+        sink: &mut dyn FnMut(Event<'a>),
+    ) -> Result<(), GwError>;
+}

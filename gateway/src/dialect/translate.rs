@@ -1,0 +1,362 @@
+//! Translation between dialects, for routes where the client's dialect is not one the provider
+//! speaks: the client's request is decoded by its dialect into the neutral form and encoded for the
+//! upstream's; the answer goes back the same way, a complete one at once ([`Translation::response`])
+//! and a stream event by event ([`Translation::stream`]).
+//!
+//! ```text
+//! requests:  chat | messages | responses  ->  neutral  ->  chat | messages
+//! answers:   chat | messages              ->  neutral  ->  chat | messages | responses
+//! ```
+//!
+//! Parts of a request that have no translation are refused with a 400 in the client's dialect
+//! naming them (docs/contracts.md, "Translation between dialects"), never dropped.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Decoder, Encoder, Event};
+use crate::dialect::transform::StreamTransform;
+use crate::dialect::{chat, messages, responses, Dialect};
+use crate::sse::SseEvent;
+
+/// What the response side of a translated exchange needs to remember from the request.
+pub struct Translation {
+    pub client: Dialect,
+    pub upstream: Dialect,
+    pub include_usage: bool,
+}
+
+impl Translation {
+    /// A complete upstream answer in the client's dialect, naming the model `alias`.
+    pub fn response(&self, upstream: &[u8], alias: &str) -> Result<Bytes, GwError> {
+        let resp = match self.upstream {
+            Dialect::Chat => chat::response::decode(upstream)?,
+            Dialect::Messages => messages::response::decode(upstream)?,
+            Dialect::Responses => {
+                return Err(GwError::bad_upstream(
+                    "responses upstreams are only used natively",
+                ))
+            }
+        };
+        let v = match self.client {
+            Dialect::Chat => chat::response::encode(&resp, alias),
+            Dialect::Messages => messages::response::encode(&resp, alias),
+            Dialect::Responses => responses::response::encode(&resp, alias),
+        };
+        Ok(Bytes::from(
+            serde_json::to_vec(&v).expect("serializing a Value cannot fail"),
+        ))
+    }
+
+    /// The transform of an upstream stream into the client's dialect, naming the model `alias`.
+    pub fn stream(self, alias: &str) -> Box<dyn StreamTransform> {
+        let decoder: Box<dyn Decoder> = match self.upstream {
+            Dialect::Messages => Box::<messages::stream::StreamDecoder>::default(),
+            _ => Box::<chat::stream::StreamDecoder>::default(),
+        };
+        let alias = alias.to_owned();
+        let encoder: Box<dyn Encoder> = match self.client {
+            Dialect::Chat => Box::new(chat::stream::StreamEncoder::new(alias, self.include_usage)),
+            Dialect::Messages => Box::new(messages::stream::StreamEncoder::new(alias)),
+            Dialect::Responses => Box::new(responses::stream::StreamEncoder::new(alias)),
+        };
+        Box::new(Translate {
+            decoder,
+            encoder,
+            done: false,
+        })
+    }
+}
+
+struct Translate {
+    decoder: Box<dyn Decoder>,
+    encoder: Box<dyn Encoder>,
+    done: bool,
+}
+
+impl StreamTransform for Translate {
+    fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
+        if self.done {
+            return Ok(());
+        }
+        let enc = &mut self.encoder;
+        let done = &mut self.done;
+        self.decoder.event(ev, &mut |e| {
+            if matches!(e, Event::Done) {
+                *done = true;
+            }
+            enc.event(e, out)
+        })
+    }
+
+    fn on_end(&mut self, _out: &mut BytesMut) -> Result<(), GwError> {
+        if self.done {
+            Ok(())
+        } else {
+            Err(GwError::bad_upstream(
+                "upstream closed the stream before its final event",
+            ))
+        }
+    }
+
+    fn on_error(&mut self, err: &GwError, out: &mut BytesMut) {
+        self.encoder.error(err, out);
+    }
+}
+
+/// Decodes the client's request and encodes it for the upstream, whose model is the JSON string
+/// literal `upstream_model_json`.
+pub fn request(
+    client: Dialect,
+    upstream: Dialect,
+    body: &[u8],
+    upstream_model_json: &[u8],
+) -> Result<(Bytes, Translation), GwError> {
+    let req = match client {
+        Dialect::Chat => chat::request::decode(body)?,
+        Dialect::Messages => messages::request::decode(body)?,
+        Dialect::Responses => responses::request::decode(body)?,
+    };
+    let bytes = match upstream {
+        Dialect::Chat => chat::request::encode(&req, upstream_model_json),
+        Dialect::Messages => messages::request::encode(&req, upstream_model_json),
+        Dialect::Responses => {
+            return Err(GwError::new(
+                http::StatusCode::INTERNAL_SERVER_ERROR,
+                "no translation into the responses dialect",
+            ))
+        }
+    };
+    Ok((
+        bytes,
+        Translation {
+            client,
+            upstream,
+            include_usage: req.include_usage,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn v(b: &Bytes) -> Value {
+        serde_json::from_slice(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
+    }
+
+    #[test]
+    fn chat_to_messages_keeps_literals_and_shapes_tools() {
+        let body = br#"{"model":"x","messages":[
+            {"role":"system","content":"s\u00e9 \"q\""},
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo="}},{"type":"text","text":"b"}]},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"k\":[1,2]}"}},
+                                                             {"id":"c2","type":"function","function":{"name":"g","arguments":"not json"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"r1"},
+            {"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"r2"}]}],
+            "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+            "stop":"END","temperature":0.25}"#;
+        let r = chat::request::decode(body).unwrap();
+        let m = v(&messages::request::encode(&r, br#""up""#));
+        assert_eq!(m["model"], "up");
+        assert_eq!(m["system"], "sé \"q\"");
+        assert_eq!(m["max_tokens"], 4096);
+        assert_eq!(m["temperature"], 0.25);
+        assert_eq!(m["stop_sequences"], json!(["END"]));
+        let msgs = m["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 3);
+        assert_eq!(
+            msgs[0]["content"],
+            json!([{"type":"text","text":"a"},
+                   {"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},
+                   {"type":"text","text":"b"}])
+        );
+        assert_eq!(msgs[1]["content"][0]["input"], json!({"k": [1, 2]}));
+        assert_eq!(
+            msgs[1]["content"][1]["input"],
+            json!({}),
+            "broken arguments become {{}}"
+        );
+        assert_eq!(msgs[2]["content"][0]["tool_use_id"], "c1");
+        assert_eq!(msgs[2]["content"][1]["content"], "r2");
+        assert_eq!(m["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn messages_to_chat_escapes_input_objects_into_argument_strings() {
+        let body = br#"{"model":"x","max_tokens":9,"system":[{"type":"text","text":"s1"},{"type":"text","text":"s2"}],
+            "messages":[{"role":"user","content":"hi"},
+              {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":"\"x\""}}]},
+              {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok","is_error":true}]}],
+            "tool_choice":{"type":"any"},"stream":true}"#;
+        let r = messages::request::decode(body).unwrap();
+        let c = v(&chat::request::encode(&r, br#""up""#));
+        let msgs = c["messages"].as_array().unwrap();
+        let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["system", "system", "user", "assistant", "tool"]);
+        let args = msgs[3]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(args).unwrap(),
+            json!({"a": "\"x\""})
+        );
+        assert_eq!(c["tool_choice"], "required");
+        assert_eq!(c["stream_options"], json!({"include_usage": true}));
+        assert_eq!(c["max_tokens"], 9);
+    }
+
+    #[test]
+    fn images_cross_in_both_directions() {
+        // Anthropic → chat: a base64 source becomes a data URL, a url source stays a URL; the
+        // client's order of text and images is kept, and a thinking block is left out.
+        let body = br#"{"model":"x","max_tokens":9,"messages":[
+            {"role":"user","content":[
+                {"type":"image","source":{"type":"base64","media_type":"image/jpeg","data":"/9j/4AAQ"}},
+                {"type":"text","text":"what is this?"},
+                {"type":"image","source":{"type":"url","url":"https://example.com/cat.png"}}]},
+            {"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"a cat"}]}]}"#;
+        let c = v(&chat::request::encode(
+            &messages::request::decode(body).unwrap(),
+            br#""up""#,
+        ));
+        assert_eq!(
+            c["messages"][0]["content"],
+            json!([{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,/9j/4AAQ"}},
+                   {"type":"text","text":"what is this?"},
+                   {"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}])
+        );
+        assert_eq!(c["messages"][1]["content"], "a cat");
+
+        // Responses → Anthropic: input_image by URL (a string there, not an object).
+        let body = br#"{"model":"x","input":[{"role":"user","content":[
+            {"type":"input_text","text":"describe"},
+            {"type":"input_image","image_url":"https://example.com/a.webp","detail":"low"}]}]}"#;
+        let m = v(&messages::request::encode(
+            &responses::request::decode(body).unwrap(),
+            br#""up""#,
+        ));
+        assert_eq!(
+            m["messages"][0]["content"][1],
+            json!({"type":"image","source":{"type":"url","url":"https://example.com/a.webp"}})
+        );
+
+        // Responses → chat: an inline image stays a data URL.
+        let body = br#"{"model":"x","input":[{"role":"user","content":[
+            {"type":"input_image","image_url":"data:image/gif;base64,R0lGOD"}]}]}"#;
+        let c = v(&chat::request::encode(
+            &responses::request::decode(body).unwrap(),
+            br#""up""#,
+        ));
+        assert_eq!(
+            c["messages"][0]["content"],
+            json!([{"type":"image_url","image_url":{"url":"data:image/gif;base64,R0lGOD"}}])
+        );
+    }
+
+    #[test]
+    fn parts_without_a_translation_are_refused_not_dropped() {
+        let chat = |content: &str| {
+            let body =
+                format!(r#"{{"model":"x","messages":[{{"role":"user","content":{content}}}]}}"#);
+            chat::request::decode(body.as_bytes())
+                .map(|_| ())
+                .unwrap_err()
+                .message
+        };
+        assert!(
+            chat(r#"[{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}]"#)
+                .contains("\"input_audio\"")
+        );
+        assert!(chat(r#"[{"type":"file","file":{"file_id":"f1"}}]"#).contains("\"file\""));
+        assert!(
+            chat(r#"[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]"#)
+                .contains("http(s) URL")
+        );
+        assert!(
+            chat(r#"[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]"#)
+                .contains("base64")
+        );
+        let assistant_image = br#"{"model":"x","messages":[{"role":"assistant","content":[
+            {"type":"image_url","image_url":{"url":"https://e.com/i.png"}}]}]}"#;
+        assert!(chat::request::decode(assistant_image).is_err());
+        let by_file_id = br#"{"model":"x","input":[{"role":"user","content":[
+            {"type":"input_image","file_id":"file-1"}]}]}"#;
+        let stored = br#"{"model":"x","input":[{"type":"item_reference","id":"msg_1"}]}"#;
+        assert!(responses::request::decode(stored)
+            .unwrap_err()
+            .message
+            .contains("\"item_reference\""));
+        let reasoning = br#"{"model":"x","input":[{"type":"reasoning","id":"rs_1","summary":[]},
+            {"role":"user","content":"hi"}]}"#;
+        assert_eq!(
+            responses::request::decode(reasoning)
+                .unwrap()
+                .messages
+                .len(),
+            1
+        );
+        assert!(responses::request::decode(by_file_id)
+            .unwrap_err()
+            .message
+            .contains("file id"));
+        let msgs = |content: &str| {
+            let body = format!(
+                r#"{{"model":"x","max_tokens":1,"messages":[{{"role":"user","content":{content}}}]}}"#
+            );
+            messages::request::decode(body.as_bytes())
+                .map(|_| ())
+                .unwrap_err()
+                .message
+        };
+        assert!(msgs(
+            r#"[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"x"}}]"#
+        )
+        .contains("\"document\""));
+        assert!(
+            msgs(r#"[{"type":"image","source":{"type":"file","file_id":"f"}}]"#)
+                .contains("\"file\"")
+        );
+        assert!(
+            msgs(r#"[{"type":"image","source":{"type":"base64","data":"AA=="}}]"#)
+                .contains("media_type")
+        );
+        // Tool results carry text only across dialects.
+        assert!(msgs(
+            r#"[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"https://e.com/i.png"}}]}]"#
+        )
+        .contains("tool_result content"));
+    }
+
+    #[test]
+    fn rejects_wrong_types_with_400() {
+        for body in [
+            &br#"{"messages":"x"}"#[..],
+            br#"{"messages":[{"role":"user","content":5}]}"#,
+            br#"{"messages":[{"role":"wizard","content":"x"}]}"#,
+            br#"{"messages":[],"tools":[{"function":{"name":7}}]}"#,
+        ] {
+            assert_eq!(
+                chat::request::decode(body).err().unwrap().status,
+                400,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert_eq!(
+            messages::request::decode(br#"{"messages":[{"role":"user","content":{}}]}"#)
+                .err()
+                .unwrap()
+                .status,
+            400
+        );
+        assert_eq!(
+            responses::request::decode(br#"{"input":3}"#)
+                .err()
+                .unwrap()
+                .status,
+            400
+        );
+    }
+}

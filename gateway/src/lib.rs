@@ -1,0 +1,26 @@
+//! `gateway`: an LLM gateway speaking OpenAI Chat Completions, Anthropic Messages and OpenAI
+//! Responses to clients, in front of OpenAI- and Anthropic-style upstreams.
+//!
+//! The crate is a library with a thin binary (`main.rs`), so that the fuzz targets and tests can
+//! call its parsing and translation directly. Modules are layered; each uses only the ones listed
+//! before it (ARCHITECTURE.md has the map, `tests/layers.rs` checks it):
+//!
+//! 1. [`json`], [`sse`], [`alloc`], [`config::check`]: leaves
+//! 2. [`dialect`]: the three dialects, the neutral form, translation, the dialect error
+//! 3. [`http`]: bodies, the SSE body, the upstream pool, TLS
+//! 4. [`provider`]: upstreams and the requests they expect
+//! 5. [`routing`]: aliases to providers
+//! 6. [`posture`]: auth, limits, metrics, the access log
+//! 7. [`config`]: the file, assembled from every section
+//! 8. [`serve`]: workers, the request path, signals
+
+pub mod alloc;
+pub mod config;
+pub mod dialect;
+pub mod http;
+pub mod json;
+pub mod posture;
+pub mod provider;
+pub mod routing;
+pub mod serve;
+pub mod sse;

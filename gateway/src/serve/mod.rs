@@ -1,0 +1,89 @@
+//! Workers, accept loops and routing.
+//!
+//! Each worker is an OS thread with its own current-thread runtime, its own `SO_REUSEPORT`
+//! listener (the kernel spreads connections across them) and its own upstream connection pool, so
+//! the request path never touches a lock or a cache line another worker writes. Connection tasks are
+//! `spawn_local`ed, which lets per-worker state be `Rc`/`RefCell` instead of atomics.
+//!
+//! [`run`] binds the listeners, starts the workers ([`worker`]) and waits for signals
+//! ([`signals`]); a worker accepts connections and routes each request, and the request path of the
+//! three dialects is [`proxy`], which starts with the native route's minimal parse ([`head`]).
+
+pub mod head;
+pub mod proxy;
+pub mod signals;
+pub mod worker;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::posture::{access_log, metrics};
+use crate::serve::signals::Signals;
+
+fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    sock.set_reuse_port(true)?;
+    sock.set_nodelay(true)?;
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())
+        .with_context(|| format!("cannot bind {addr}"))?;
+    sock.listen(1024)?;
+    Ok(sock.into())
+}
+
+pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
+    let listen = config.listen.clone();
+    let signals = Signals::install()?;
+    // Bind every listener before announcing: a port-0 address is resolved by the first bind and
+    // the others join it, so all workers share one port.
+    let first = bind(listen.addr)?;
+    let addr = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..listen.workers {
+        listeners.push(bind(addr)?);
+    }
+
+    access_log::init(&listen.access_log)?;
+    if let Some(m) = &listen.metrics {
+        let a = metrics::serve(m.listen)?;
+        eprintln!("metrics listening on {a}");
+    }
+    crate::alloc::spawn_housekeeping();
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (cfg_tx, cfg_rx) = watch::channel(Arc::new(config.snapshot));
+    let mut handles = Vec::with_capacity(listeners.len());
+    for (i, l) in listeners.into_iter().enumerate() {
+        let stop = stop_rx.clone();
+        let cfg = cfg_rx.clone();
+        let listen = listen.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("gw-worker-{i}"))
+                .spawn(move || worker::run(l, stop, cfg, &listen))?,
+        );
+    }
+    eprintln!("listening on {addr}");
+
+    signals.wait(&cfg_tx, &config_path);
+    let _ = stop_tx.send(true);
+    let mut failed = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failed = Some(e),
+            Err(_) => failed = Some(anyhow::anyhow!("a worker panicked")),
+        }
+    }
+    access_log::flush();
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
