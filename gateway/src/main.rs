@@ -22,10 +22,17 @@ enum Command {
     Serve,
     /// Check the config and print every error with its JSON path.
     Validate,
+    /// Print the request paths (route x stream x provider kind) and the postures as JSON; with
+    /// --config, also the postures that config turns on (the training coverage gate reads this).
+    Paths,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let (Some(Command::Paths), None) = (&cli.command, &cli.config) {
+        println!("{}", serve::paths::matrix(None));
+        return ExitCode::SUCCESS;
+    }
     let Some(path) = cli.config else {
         eprintln!("gateway: --config FILE is required");
         return ExitCode::from(2);
@@ -46,6 +53,10 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Validate) => {
             println!("{path}: ok");
+            ExitCode::SUCCESS
+        }
+        Some(Command::Paths) => {
+            println!("{}", serve::paths::matrix(Some(&cfg)));
             ExitCode::SUCCESS
         }
         None | Some(Command::Serve) => match serve::run(cfg, path) {

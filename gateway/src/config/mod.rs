@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub mod check;
+pub mod postures;
 
 use crate::config::check::{Checker, ConfigError};
 use crate::posture::access_log::AccessLogConfig;

@@ -30,3 +30,14 @@ pub enum Dialect {
     Messages,
     Responses,
 }
+
+impl Dialect {
+    /// The dialect's short name (`chat`, `messages`, `responses`), as tools and reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Chat => "chat",
+            Dialect::Messages => "messages",
+            Dialect::Responses => "responses",
+        }
+    }
+}

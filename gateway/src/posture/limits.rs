@@ -271,6 +271,11 @@ pub struct Rejection {
 }
 
 impl Limits {
+    /// Whether any policy is configured (otherwise admission costs nothing).
+    pub fn has_policies(&self) -> bool {
+        !self.keys.is_empty() || !self.models.is_empty()
+    }
+
     /// Builds the policies from the top-level `limits` value. `key_ids` are the configured key ids
     /// and `aliases` the configured model aliases; a policy naming anything else is an error (a
     /// typo would otherwise leave that key or model unlimited).

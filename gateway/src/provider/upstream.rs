@@ -15,6 +15,18 @@ pub enum ProviderKind {
     Anthropic,
 }
 
+impl ProviderKind {
+    /// Every kind, as the config's `kind` field names it.
+    pub const ALL: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Anthropic];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+        }
+    }
+}
+
 /// An upstream, with everything needed to address it precomputed.
 #[derive(Debug)]
 pub struct Provider {
@@ -46,18 +58,20 @@ pub fn section(c: &mut Checker, top: &Map<String, Value>) -> HashMap<String, Arc
 /// One provider's entry, checked field by field.
 pub fn from_config(c: &mut Checker, name: &str, v: &Value, path: &str) -> Option<Provider> {
     let o = c.obj(v, path)?;
-    let kind = match c.string(o, "kind", path) {
-        Some("openai") => Some(ProviderKind::OpenAi),
-        Some("anthropic") => Some(ProviderKind::Anthropic),
-        Some(other) => {
+    let kind = c.string(o, "kind", path).and_then(|k| {
+        let kind = ProviderKind::ALL.into_iter().find(|p| p.name() == k);
+        if kind.is_none() {
+            let names: Vec<String> = ProviderKind::ALL
+                .iter()
+                .map(|p| format!("{:?}", p.name()))
+                .collect();
             c.err(
                 format!("{path}.kind"),
-                format!("{other:?} is not one of \"openai\", \"anthropic\""),
+                format!("{k:?} is not one of {}", names.join(", ")),
             );
-            None
         }
-        None => None,
-    };
+        kind
+    });
     let base = c.string(o, "base_url", path).and_then(|b| {
         let b = b.trim_end_matches('/');
         if !(b.starts_with("http://") || b.starts_with("https://")) {

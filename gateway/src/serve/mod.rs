@@ -8,8 +8,10 @@
 //! [`run`] binds the listeners, starts the workers ([`worker`]) and waits for signals
 //! ([`signals`]); a worker accepts connections and routes each request, and the request path of the
 //! three dialects is [`proxy`], which starts with the native route's minimal parse ([`head`]).
+//! [`paths`] lists the request paths and postures as data, for the training coverage gate.
 
 pub mod head;
+pub mod paths;
 pub mod proxy;
 pub mod signals;
 pub mod worker;

@@ -18,7 +18,7 @@ use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::body::{error_response, json_response, GwBody, GwResponse};
 use crate::http::client::{self, UpstreamClient};
-use crate::serve::proxy;
+use crate::serve::{paths, proxy};
 
 /// Per-worker state; never shared with another thread.
 pub struct Worker {
@@ -120,16 +120,12 @@ pub fn run(
 
 async fn route(w: Rc<Worker>, req: Request<Incoming>) -> GwResponse {
     let path = req.uri().path();
+    if let Some(dialect) = paths::client_dialect(path) {
+        if req.method() == Method::POST {
+            return proxy::handle(&w.client, w.snapshot(), dialect, req).await;
+        }
+    }
     match (req.method(), path) {
-        (&Method::POST, "/v1/chat/completions") => {
-            proxy::handle(&w.client, w.snapshot(), Dialect::Chat, req).await
-        }
-        (&Method::POST, "/v1/messages") => {
-            proxy::handle(&w.client, w.snapshot(), Dialect::Messages, req).await
-        }
-        (&Method::POST, "/v1/responses") => {
-            proxy::handle(&w.client, w.snapshot(), Dialect::Responses, req).await
-        }
         (&Method::GET, "/v1/models") => {
             json_response(StatusCode::OK, w.snapshot().models_body.clone())
         }
@@ -147,16 +143,7 @@ async fn route(w: Rc<Worker>, req: Request<Incoming>) -> GwResponse {
             } else {
                 Dialect::Chat
             };
-            let known = matches!(
-                p,
-                "/v1/chat/completions"
-                    | "/v1/messages"
-                    | "/v1/responses"
-                    | "/v1/models"
-                    | "/livez"
-                    | "/readyz"
-            );
-            if known {
+            if paths::client_dialect(p).is_some() || paths::OTHER_ROUTES.contains(&p) {
                 let e = GwError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
                 error_response(&e, dialect)
             } else {

@@ -1,0 +1,45 @@
+//! The config postures that change the request path: each is a part of the config that, when on,
+//! makes every request run code it would not run otherwise. The list is the gateway's own; the
+//! training coverage gate (`trainer coverage`) asks the gateway for it (`gateway paths`) and asks,
+//! for each training shape's config, which of them it turns on, so a new posture that lands here
+//! without a training shape fails that gate.
+//!
+//! Metrics are not a posture of the request path: every request is recorded in the per-worker
+//! shards whatever the config says; the `metrics` section only adds the scrape listener.
+
+use crate::config::Config;
+
+/// One posture: its name in reports and shape files' coverage, what it adds to the request path,
+/// and how a config turns it on.
+pub struct Posture {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub enabled: fn(&Config) -> bool,
+}
+
+pub const POSTURES: &[Posture] = &[
+    Posture {
+        name: "keys",
+        what: "caller keys: every request is authenticated (SHA-256, constant-time) and authorized for its model",
+        enabled: |c| !c.snapshot.keys.is_open(),
+    },
+    Posture {
+        name: "rate-limits",
+        what: "rate-limit policies: every request is admitted against its key's and model's policies and settled with its usage",
+        enabled: |c| c.snapshot.limits.has_policies(),
+    },
+    Posture {
+        name: "access-log",
+        what: "the access log (on unless disabled): every request writes its JSON line",
+        enabled: |c| c.listen.access_log.enabled,
+    },
+];
+
+/// The postures `cfg` turns on, in [`POSTURES`] order.
+pub fn enabled(cfg: &Config) -> Vec<&'static str> {
+    POSTURES
+        .iter()
+        .filter(|p| (p.enabled)(cfg))
+        .map(|p| p.name)
+        .collect()
+}
