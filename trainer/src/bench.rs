@@ -411,6 +411,7 @@ pub fn run_batch(
         addr: mock_addr,
         path: shape.endpoint.clone(),
         body: body.clone(),
+        headers: Vec::new(),
     };
     let (fw, _, _) = measure(&floor_target, k, cores, mock.pid(), None, check.clone())?;
     eprintln!(
@@ -542,6 +543,7 @@ fn run_leg(
         addr: listen,
         path: shape.endpoint.clone(),
         body: body.clone(),
+        headers: train::caller_headers(shape),
     };
     let (w, ticks, rss) = measure(&target, k, cores, mock_pid, Some(pid), check.clone())?;
     let ticks = ticks.unwrap_or_default();

@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod coverage;
 mod fake_gateway;
 mod holdout;
 mod load;
@@ -39,6 +40,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Fail if the optimized binary is slower than the plain one on the holdout shape.
     Holdout(holdout::HoldoutArgs),
+    /// Fail unless every request path and posture the gateway lists has a training shape.
+    Coverage(coverage::CoverageArgs),
+    /// How much of the gateway crate a merged profile (text form) reached.
+    ProfileCoverage(coverage::ProfileCoverageArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Load(args) => load::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::Holdout(args) => holdout::run(args),
+        Command::Coverage(args) => coverage::run(args),
+        Command::ProfileCoverage(args) => coverage::profile_run(args),
     }
 }

@@ -31,7 +31,7 @@ fn default_posture() -> String {
 }
 
 /// Postures a shape may ask for.
-pub const POSTURES: &[&str] = &["default", "rate-limited"];
+pub const POSTURES: &[&str] = &["default", "rate-limited", "keys"];
 
 /// A shape with its payload read.
 #[derive(Clone, Debug)]
@@ -159,7 +159,9 @@ mod tests {
     fn repository_shapes_parse_and_exactly_one_is_holdout() {
         let shapes = load_dir(&repo_shapes()).unwrap();
         assert_eq!(shapes.iter().filter(|s| s.shape.holdout).count(), 1);
-        // The matrix issue 5 asks for.
+        // Which request paths and postures the shapes must cover is the coverage gate's
+        // (`trainer coverage`, tests/coverage.rs): it takes the list from the gateway itself.
+        // Here: the minimal and mid body sizes of every native dialect, streaming and not.
         for d in [Dialect::Chat, Dialect::Messages, Dialect::Responses] {
             for stream in [false, true] {
                 for small in [true, false] {
@@ -173,26 +175,17 @@ mod tests {
                 }
             }
         }
-        assert!(shapes.iter().any(|s| s.shape.posture == "rate-limited"));
-        let native = |s: &Loaded| match s.dialect {
-            Dialect::Messages => "anthropic",
-            _ => "openai",
-        };
-        for (d, up) in [
-            (Dialect::Messages, "openai"),
-            (Dialect::Chat, "anthropic"),
-            (Dialect::Responses, "anthropic"),
-        ] {
-            assert!(shapes
-                .iter()
-                .any(|s| !s.shape.holdout && s.dialect == d && s.shape.upstream == up));
-        }
         let board = shapes
             .iter()
             .find(|s| s.shape.name == "chat-minimal")
             .unwrap();
         assert_eq!(board.body.len(), 87);
         assert!(!board.shape.stream && board.shape.model == "gpt-4o-mini");
+        // Names say when a shape bridges: its upstream is not its dialect's own.
+        let native = |s: &Loaded| match s.dialect {
+            Dialect::Messages => "anthropic",
+            _ => "openai",
+        };
         for s in &shapes {
             assert!(native(s) == s.shape.upstream || s.shape.name.contains("to-"));
         }

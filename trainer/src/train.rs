@@ -3,6 +3,7 @@
 //! files into `OUT/SHAPE.FILENAME` with a manifest (`docs/contracts.md`, "Training").
 
 use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -203,7 +204,9 @@ fn tempdir(prefix: &str) -> Result<PathBuf> {
 /// - `default`: observability on: Prometheus metrics on their own listener (`metrics_port`) and
 ///   the access log written to `access_log` (a file, so that the gateway log stays readable);
 /// - `rate-limited`: the same plus a `limits.models` policy for the shape's alias with limits far
-///   above what training sends, so the quota path runs on every request and never refuses.
+///   above what training sends, so the quota path runs on every request and never refuses;
+/// - `keys`: the same plus one caller key (read from [`CALLER_KEY_ENV`], which the gateway gets
+///   from [`gateway_env`]), which every request presents ([`request`]).
 pub fn gateway_config(
     shape: &shapes::Shape,
     mock: SocketAddr,
@@ -237,6 +240,9 @@ pub fn gateway_config(
         "metrics": { "listen": format!("127.0.0.1:{metrics_port}") },
         "access_log": { "path": access_log.to_string_lossy() },
     });
+    if shape.posture == "keys" {
+        cfg["keys"] = serde_json::json!([{ "id": "trainer", "key_env": CALLER_KEY_ENV }]);
+    }
     if shape.posture == "rate-limited" {
         // High limits that training never reaches: the quota path runs on every request.
         cfg["limits"] = serde_json::json!({
@@ -250,6 +256,38 @@ pub fn gateway_config(
         });
     }
     cfg
+}
+
+/// The environment variable the `keys` posture's caller key is read from, and the key.
+pub const CALLER_KEY_ENV: &str = "TRAINER_CALLER_KEY";
+pub const CALLER_KEY: &str = "sk-trainer-caller";
+
+/// The environment of a gateway under training or bench: upstream keys the mock ignores, and the
+/// caller key of the `keys` posture.
+pub fn gateway_env() -> Vec<(&'static str, String)> {
+    vec![
+        ("UPSTREAM_OPENAI_KEY", "sk-mock-openai".to_string()),
+        ("UPSTREAM_ANTHROPIC_KEY", "sk-mock-anthropic".to_string()),
+        (CALLER_KEY_ENV, CALLER_KEY.to_string()),
+    ]
+}
+
+/// The headers a shape's requests carry beyond the content type: the caller key where its posture
+/// configures one.
+pub fn caller_headers(shape: &shapes::Shape) -> Vec<(String, String)> {
+    if shape.posture == "keys" {
+        vec![("authorization".into(), format!("Bearer {CALLER_KEY}"))]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The request a shape sends: its payload to its endpoint, with [`caller_headers`].
+pub fn request(shape: &shapes::Shape, body: Bytes) -> load::Request {
+    caller_headers(shape).iter().fold(
+        load::Request::post_json(&shape.endpoint, body),
+        |r, (k, v)| r.header(k, v),
+    )
 }
 
 /// A gateway child process, killed (SIGKILL) if dropped before it was reaped.
@@ -482,10 +520,7 @@ fn train_shape(
         &scratch.join(format!("{name}.access.jsonl")),
     );
     std::fs::write(&config_path, serde_json::to_vec_pretty(&cfg)?)?;
-    let mut env = vec![
-        ("UPSTREAM_OPENAI_KEY", "sk-mock-openai".to_string()),
-        ("UPSTREAM_ANTHROPIC_KEY", "sk-mock-anthropic".to_string()),
-    ];
+    let mut env = gateway_env();
     if args.profile_kind == "llvm" {
         env.push((
             "LLVM_PROFILE_FILE",
@@ -499,7 +534,7 @@ fn train_shape(
     let (mut gw, addr) = start_gateway(&args.gateway, &config_path, &log, &env)?;
 
     let requests = requests_of(s, args.max_requests);
-    let req = load::Request::post_json(&s.shape.endpoint, s.body.clone());
+    let req = request(&s.shape, s.body.clone());
     let mut opts = load::Options::new(addr, s.shape.concurrency, load::Stop::Total(requests));
     opts.record_latency = false;
     opts.stop_on_failure = true;

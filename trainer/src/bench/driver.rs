@@ -20,6 +20,8 @@ pub struct Target {
     /// `/v1/chat/completions`, `/v1/messages` or `/v1/responses`.
     pub path: String,
     pub body: Bytes,
+    /// Headers beyond the JSON content type (the `keys` posture's caller key).
+    pub headers: Vec<(String, String)>,
 }
 
 /// CPU counters read at one edge of a window.
@@ -71,6 +73,9 @@ pub fn measure(
     check: load::Check,
 ) -> Result<Measured> {
     let mut request = load::Request::post_json(&target.path, target.body.clone());
+    for (k, v) in &target.headers {
+        request = request.header(k, v);
+    }
     if target.path == "/v1/messages" {
         request = request.header("anthropic-version", "2023-06-01");
     }
@@ -158,6 +163,7 @@ mod tests {
             addr,
             path: "/v1/chat/completions".into(),
             body: Bytes::from_static(b"{}"),
+            headers: Vec::new(),
         };
         let watch = Watch {
             gateway: Some(std::process::id()),

@@ -253,8 +253,7 @@ pub fn start_gateway(
     let mut cmd = Command::new(bin);
     cmd.arg("--config")
         .arg(&cfg_path)
-        .env("UPSTREAM_OPENAI_KEY", "bench-upstream-key")
-        .env("UPSTREAM_ANTHROPIC_KEY", "bench-upstream-key")
+        .envs(crate::train::gateway_env())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::options().append(true).open(&log)?);
