@@ -378,6 +378,11 @@ let
           && b.args.cargoArtifacts.args.doCheck == false
         ) builds
       ))
+      # crane's buildDepsOnly runs cargoCheckCommand before building, doCheck or not.
+      (check (s "stage dependency builds skip crane's cargo check pass; the test/clippy deps keep it") (
+        all (b: b.args.cargoArtifacts.args.cargoCheckCommand or null == "true") builds
+        && !(checks.tests.args.cargoArtifacts.args ? cargoCheckCommand)
+      ))
       (check (s "gateway-instrumented is built with -Cprofile-generate (and its deps too)") (
         hasInfix "-Cprofile-generate" P.gateway-instrumented.args.env.RUSTFLAGS
         && hasInfix "-Cprofile-generate" P.gateway-instrumented.args.cargoArtifacts.args.env.RUSTFLAGS
