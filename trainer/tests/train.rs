@@ -322,6 +322,27 @@ fn proof_is_written_and_verifies() {
     assert_eq!(m["toolchain"]["rustc_llvm"], "22.1.2");
     let o = verify(&path);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The output directory (what `nix build` links as `result`) works as well as the marker,
+    // through a symlink too; a directory without a marker names where it looked.
+    let o = verify(&d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("share/gateway/proof.json"),
+        "{}",
+        stderr(&o)
+    );
+    let result = d.join("result");
+    std::os::unix::fs::symlink(&d, &result).unwrap();
+    let o = verify(&result);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = verify(&d.join("share"));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no proof marker at")
+            && stderr(&o).contains("share/share/gateway/proof.json"),
+        "{}",
+        stderr(&o)
+    );
 
     // Inconsistent manifests: proof refuses and writes nothing.
     let d2 = scratch("proof-bad");
