@@ -22,6 +22,6 @@ toolchain.runStage {
       --shapes ${shapes} \
       --json "$out/holdout.json" \
       | tee "$out/holdout.txt" \
-      || fail "the optimized gateway is slower than the plain one on the holdout shape, or the bench batch was invalid (see above)"
+      || fail "the gate failed: the bench batch was invalid or inconclusive, or the optimized gateway is slower than the plain one on the holdout shape (the trainer's message above says which)"
   '';
 }
