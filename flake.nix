@@ -144,8 +144,25 @@
               '';
             };
 
-            # The trainer's holdout gate (nix/stages/holdout.nix), for `benchmark` builders only.
+            # The trainer's holdout gate (nix/stages/holdout.nix), for builders that opt into the
+            # `gateway-benchmark` system feature only.
             holdout = pipeline.holdout;
+
+            # The NixOS module under nixpkgs' module system (nix/tests/nixos-module.nix).
+            nixos-module =
+              let
+                failed = builtins.filter (r: !r.ok) (
+                  import ./nix/tests/nixos-module.nix { inherit (pkgs) lib; inherit pkgs; }
+                );
+              in
+              toolchain.runStage {
+                name = "nixos-module-eval";
+                env.failedChecks = builtins.concatStringsSep "; " (map (r: r.name) failed);
+                script = ''
+                  [ -z "$failedChecks" ] || fail "failed: $failedChecks"
+                  touch "$out"
+                '';
+              };
           };
 
           # llvm-profdata lives in lib/rustlib/<triple>/bin of the llvm-tools component; put it on

@@ -24,6 +24,24 @@ let
     if cfg.configFile != null then cfg.configFile else json.generate "llm-gateway.json" cfg.settings;
 
   exe = "${cfg.package}/bin/gateway";
+
+  # Why an `environmentFiles` entry is refused (null when it is fine). `toString` of a path
+  # literal gives its path without copying the file into the store.
+  environmentFileProblem =
+    entry:
+    let
+      optional = builtins.isString entry && builtins.substring 0 1 entry == "-";
+      path = if optional then builtins.substring 1 (-1) entry else entry;
+      storePrefix = builtins.storeDir + "/";
+    in
+    if builtins.isPath entry then
+      "${toString entry} is a path literal, which Nix copies into the world-readable store; give the absolute path of a root-only file outside the store as a string"
+    else if builtins.substring 0 1 path != "/" then
+      "\"${entry}\" is not an absolute path (optionally prefixed with `-`)"
+    else if builtins.substring 0 (builtins.stringLength storePrefix) path == storePrefix then
+      "\"${entry}\" is in the Nix store, which every local user can read; keep API keys in a root-only file outside it (e.g. /run/secrets/llm-gateway.env)"
+    else
+      null;
 in
 {
   options.services.llm-gateway = {
@@ -38,10 +56,18 @@ in
     };
 
     settings = lib.mkOption {
-      type = json.type;
-      default = {
-        listen = "127.0.0.1:8080";
+      # A submodule, not a plain JSON value with a default: a default is dropped as a whole as
+      # soon as any part of the option is set, while a sub-option keeps its own default next to
+      # whatever the user sets (the rest of the config is free-form JSON).
+      type = lib.types.submodule {
+        freeformType = json.type;
+        options.listen = lib.mkOption {
+          type = lib.types.str;
+          default = "127.0.0.1:8080";
+          description = "Address and port the gateway listens on.";
+        };
       };
+      default = { };
       example = lib.literalExpression ''
         {
           listen = "127.0.0.1:8080";
@@ -55,24 +81,40 @@ in
       '';
       description = ''
         Gateway configuration (docs/contracts.md, "Gateway config"), written to the store as JSON.
-        Put no secrets here: name environment variables with `api_key_env` and provide them with
-        `environmentFiles`.
+        `listen` defaults to 127.0.0.1:8080 whatever else is set. Put no secrets here: name
+        environment variables with `api_key_env` and provide them with `environmentFiles`.
       '';
     };
 
     configFile = lib.mkOption {
       type = lib.types.nullOr lib.types.path;
       default = null;
-      description = "A configuration file to use instead of `settings`.";
+      description = ''
+        A configuration file to use instead of `settings`. A path literal (`./gateway.json`) is
+        copied into the Nix store, and a changed file restarts the service on the next switch. An
+        absolute path string outside the store (`"/etc/llm-gateway.json"`) is read when the
+        service starts, and only that string is tracked: editing the file restarts nothing, so
+        restart the service yourself (`systemctl restart llm-gateway`).
+      '';
     };
 
     environmentFiles = lib.mkOption {
-      type = lib.types.listOf lib.types.path;
+      # Strings, not `types.path`: a path literal would be copied into the world-readable store.
+      # A path literal still type-checks (`either`), so that the assertion below can say why it
+      # is refused instead of a bare "not of type string".
+      type = lib.types.listOf (lib.types.either lib.types.str lib.types.path);
       default = [ ];
-      example = [ "/run/secrets/llm-gateway.env" ];
+      example = [
+        "/run/secrets/llm-gateway.env"
+        "-/etc/llm-gateway/extra.env"
+      ];
       description = ''
-        systemd EnvironmentFile= entries holding the upstream API keys (`NAME=value` lines). Read by
-        systemd as root before privileges are dropped; keep them mode 0400 owned by root.
+        systemd EnvironmentFile= entries holding the upstream API keys (`NAME=value` lines):
+        absolute paths, as strings, of files outside the Nix store (the store is readable by
+        every local user; a path literal or a store path is refused). A leading `-` makes a file
+        optional: systemd skips it when it does not exist. Read by systemd as root before
+        privileges are dropped; keep them mode 0400 owned by root. Their contents are not
+        tracked: after changing one, restart the service.
       '';
     };
 
@@ -90,11 +132,24 @@ in
   };
 
   config = lib.mkIf cfg.enable {
+    assertions = map (
+      entry:
+      let
+        problem = environmentFileProblem entry;
+      in
+      {
+        assertion = problem == null;
+        message = "services.llm-gateway.environmentFiles: ${problem}";
+      }
+    ) cfg.environmentFiles;
+
     systemd.services.llm-gateway = {
       description = "LLM gateway (PGO+BOLT build)";
       wantedBy = [ "multi-user.target" ];
       wants = [ "network-online.target" ];
       after = [ "network-online.target" ];
+      # A store path (settings, a path literal) changes with the file's contents; an absolute
+      # path string outside the store does not (see `configFile`).
       restartTriggers = [ configFile ];
 
       serviceConfig = {

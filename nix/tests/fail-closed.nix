@@ -25,6 +25,19 @@ let
     '';
   };
 
+  # A "gateway" that answers by itself (the trainer's fake gateway): in a holdout batch its legs
+  # leave the rig core to the load generator, while the rig floor puts the load generator and the
+  # mock on it together, so on a steady machine the floor stays under 2x the gateway; on a busy
+  # one the anchors drift or the band widens instead (seen here: floor 2.01x, drift -65.9%).
+  selfAnsweringGateway = toolchain.runStage {
+    name = "gateway-self-answering";
+    script = ''
+      mkdir -p "$out/bin"
+      printf '#!/bin/sh\nexec %s fake-gateway "$@"\n' ${trainer}/bin/trainer > "$out/bin/gateway"
+      chmod +x "$out/bin/gateway"
+    '';
+  };
+
   # A training directory with a profraw that is not a profile.
   corruptTraining = toolchain.runStage {
     name = "gateway-training-corrupt";
@@ -54,6 +67,15 @@ in
 
   # Corrupt profraw: the profile stage's merge fails.
   profile-from-corrupt-profraw = stages.profile { training = corruptTraining; inherit versions; };
+
+  # A batch the wall-clock holdout gate cannot believe (rig floor under 2x, or drift, or a wide
+  # band): the gate fails it instead of passing it, naming why. Needs `--option
+  # extra-system-features gateway-benchmark`.
+  holdout-invalid-batch = stages.holdout {
+    plain = selfAnsweringGateway;
+    optimized = selfAnsweringGateway;
+    inherit trainer shapes;
+  };
 
   # llvm-profdata of LLVM 14 while rustc is LLVM 22: the toolchain check refuses it, and the
   # profile stage, which depends on it, never runs.

@@ -17,7 +17,7 @@ mod stats;
 
 #[cfg(test)]
 pub use report::synthetic as report_synthetic;
-pub use report::{render_table, Report};
+pub use report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
 
 use crate::{check, load, shapes, train};
 use anyhow::{bail, Context, Result};

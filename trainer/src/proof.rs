@@ -34,9 +34,13 @@ pub struct ProofArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct VerifyArgs {
-    /// The proof marker to check.
+    /// The proof marker to check, or the output directory holding it (`result`, a store path):
+    /// then its `share/gateway/proof.json`.
     pub path: PathBuf,
 }
+
+/// Where the marker sits inside an output directory (`$out/share/gateway/proof.json`).
+const MARKER_IN_OUTPUT: &str = "share/gateway/proof.json";
 
 fn read_json(path: &Path, what: &str) -> Result<Value> {
     let text = std::fs::read(path)
@@ -279,16 +283,21 @@ pub fn verify(m: &Value) -> Result<()> {
     Ok(())
 }
 
-/// `trainer verify-proof PATH`.
+/// `trainer verify-proof PATH`: PATH is the marker or an output directory holding it.
 pub fn verify_cli(args: VerifyArgs) -> Result<()> {
-    let text = std::fs::read(&args.path)
-        .with_context(|| format!("verify-proof: no proof marker at {}", args.path.display()))?;
+    let path = if args.path.is_dir() {
+        args.path.join(MARKER_IN_OUTPUT)
+    } else {
+        args.path.clone()
+    };
+    let text = std::fs::read(&path)
+        .with_context(|| format!("verify-proof: no proof marker at {}", path.display()))?;
     let m: Value = serde_json::from_slice(&text)
-        .with_context(|| format!("verify-proof: {} is not JSON", args.path.display()))?;
-    verify(&m).map_err(|e| anyhow!("verify-proof: {}: {e}", args.path.display()))?;
+        .with_context(|| format!("verify-proof: {} is not JSON", path.display()))?;
+    verify(&m).map_err(|e| anyhow!("verify-proof: {}: {e}", path.display()))?;
     eprintln!(
         "verify-proof: {} is valid (holdout {}, {} PGO shapes, {} BOLT shapes)",
-        args.path.display(),
+        path.display(),
         m["holdout"].as_str().unwrap_or(""),
         m["pgo"]["shapes_trained"].as_array().map_or(0, |a| a.len()),
         m["bolt"]["shapes_trained"]

@@ -1,4 +1,4 @@
-//! `trainer train`, `proof` and `verify-proof` as processes: real gateways stand-ins on 127.0.0.1
+//! `trainer train`, `proof`, `verify-proof` and `holdout` as processes: real gateways stand-ins on 127.0.0.1
 //! (`trainer fake-gateway` behind small shell scripts), the repository's shapes, real files.
 
 use std::path::{Path, PathBuf};
@@ -322,6 +322,27 @@ fn proof_is_written_and_verifies() {
     assert_eq!(m["toolchain"]["rustc_llvm"], "22.1.2");
     let o = verify(&path);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The output directory (what `nix build` links as `result`) works as well as the marker,
+    // through a symlink too; a directory without a marker names where it looked.
+    let o = verify(&d);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("share/gateway/proof.json"),
+        "{}",
+        stderr(&o)
+    );
+    let result = d.join("result");
+    std::os::unix::fs::symlink(&d, &result).unwrap();
+    let o = verify(&result);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = verify(&d.join("share"));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no proof marker at")
+            && stderr(&o).contains("share/share/gateway/proof.json"),
+        "{}",
+        stderr(&o)
+    );
 
     // Inconsistent manifests: proof refuses and writes nothing.
     let d2 = scratch("proof-bad");
@@ -417,5 +438,66 @@ fn verify_proof_rejects_bad_markers() {
     let mut v = good.clone();
     v["holdout"] = "".into();
     assert!(!check(&v).status.success());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// holdout
+
+/// `trainer holdout` with the fake gateway as plain and optimized: a real batch on 127.0.0.1
+/// that the gate cannot accept. The fake answers by itself, so its legs leave the rig core to the
+/// load generator while the rig floor puts the load generator and the mock on it together: the
+/// floor stays under 2x the gateway (only a gateway starved by other load could lower its legs
+/// that far, and then the drift or the band refuses the batch). Whatever the timings, the gate
+/// fails closed and names why.
+#[test]
+fn holdout_gate_fails_closed_on_an_invalid_batch() {
+    let d = scratch("holdout");
+    let gw = fake(&d, "");
+    let json = d.join("holdout.json");
+    let mut cmd = Command::new(TRAINER);
+    cmd.arg("holdout")
+        .arg("--plain")
+        .arg(&gw)
+        .arg("--optimized")
+        .arg(&gw)
+        .arg("--shapes")
+        .arg(shapes_dir())
+        .args([
+            "--legs",
+            "2",
+            "--window-secs",
+            "0.3",
+            "--warmup-secs",
+            "0.1",
+        ])
+        .arg("--no-nice")
+        .arg("--json")
+        .arg(&json);
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        cmd.arg("--no-pin");
+    }
+    let o = cmd.output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(!o.status.success(), "the gate passed:\n{out}\n{err}");
+    assert!(!out.contains("holdout gate passed"), "{out}");
+    assert!(err.contains("holdout gate FAILED"), "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["legs"].as_array().map(Vec::len), Some(5), "{report}");
+    if err.contains("INVALID") {
+        // The reasons are in the report and the table as well as in the error.
+        assert_eq!(report["valid"], false);
+        let problems = report["problems"].as_array().unwrap();
+        assert!(!problems.is_empty());
+        for p in problems {
+            let p = p.as_str().unwrap();
+            assert!(
+                err.contains(p) && out.contains(&format!("INVALID: {p}")),
+                "{p}"
+            );
+        }
+    } else {
+        assert!(err.contains("INCONCLUSIVE"), "{out}\n{err}");
+    }
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -185,6 +185,10 @@ pub fn relative_pct(later: f64, earlier: f64) -> f64 {
 /// Front-to-back anchor drift (rps) beyond this is flagged.
 pub const DRIFT_FLAG_PCT: f64 = 5.0;
 
+/// A rig floor under this multiple of the fastest gateway's rps is flagged: the load generator
+/// and the mock may be what limits the gateway legs.
+pub const RIG_HEADROOM_FLAG_X: f64 = 2.0;
+
 /// A leg whose core was this busy with work other than the bench's own processes is flagged.
 pub const OTHER_LOAD_FLAG_PCT: f64 = 10.0;
 
@@ -295,7 +299,7 @@ pub fn summarize(report: &mut Report) {
     if let Some(rig) = report.rig_floor.as_mut() {
         if best > 0.0 {
             rig.headroom_x = rig.window.rps / best;
-            rig.flagged = rig.headroom_x < 2.0;
+            rig.flagged = rig.headroom_x < RIG_HEADROOM_FLAG_X;
             if rig.flagged {
                 report.flags.push(format!(
                     "rig floor {:.0} rps is only {:.2}x the fastest gateway ({:.0} rps): under 2x, \
