@@ -25,18 +25,19 @@ let
     '';
   };
 
-  # A "gateway" that answers by itself (the trainer's fake gateway): in a holdout batch its legs
-  # leave the rig core to the load generator, while the rig floor puts the load generator and the
-  # mock on it together, so on a steady machine the floor stays under 2x the gateway; on a busy
-  # one the anchors drift or the band widens instead (seen here: floor 2.01x, drift -65.9%).
-  selfAnsweringGateway = toolchain.runStage {
-    name = "gateway-self-answering";
+  # "Gateways" that answer by themselves (the trainer's fake gateway), one of them with a 500 to
+  # every request: a holdout batch with failed requests is invalid whatever the machine's load,
+  # so the gate must fail it.
+  selfAnswering = name: env: toolchain.runStage {
+    inherit name;
     script = ''
       mkdir -p "$out/bin"
-      printf '#!/bin/sh\nexec %s fake-gateway "$@"\n' ${trainer}/bin/trainer > "$out/bin/gateway"
+      printf '#!/bin/sh\n%s exec %s fake-gateway "$@"\n' '${env}' ${trainer}/bin/trainer > "$out/bin/gateway"
       chmod +x "$out/bin/gateway"
     '';
   };
+  selfAnsweringGateway = selfAnswering "gateway-self-answering" "";
+  failingGateway = selfAnswering "gateway-answering-500" "FAKE_GATEWAY_STATUS=500";
 
   # A training directory with a profraw that is not a profile.
   corruptTraining = toolchain.runStage {
@@ -68,12 +69,12 @@ in
   # Corrupt profraw: the profile stage's merge fails.
   profile-from-corrupt-profraw = stages.profile { training = corruptTraining; inherit versions; };
 
-  # A batch the wall-clock holdout gate cannot believe (rig floor under 2x, or drift, or a wide
-  # band): the gate fails it instead of passing it, naming why. Needs `--option
-  # extra-system-features gateway-benchmark`.
+  # A batch the wall-clock holdout gate cannot believe (here: the optimized legs' requests fail):
+  # the gate fails it instead of passing it, naming why. Needs `--option extra-system-features
+  # gateway-benchmark`.
   holdout-invalid-batch = stages.holdout {
     plain = selfAnsweringGateway;
-    optimized = selfAnsweringGateway;
+    optimized = failingGateway;
     inherit trainer shapes;
   };
 

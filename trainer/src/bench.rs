@@ -73,9 +73,15 @@ pub struct Knobs {
     /// CPU for the gateway (one worker).
     #[arg(long, default_value_t = 0)]
     pub gateway_cpu: usize,
-    /// CPU for the load generator and the mock.
+    /// CPU for the load generator (and for the mock, unless it gets one of its own).
     #[arg(long, default_value_t = 1)]
     pub rig_cpu: usize,
+    /// CPU for the mock upstream. Default: the lowest available CPU that is neither the
+    /// gateway's nor the rig's, else the rig's. On two cores the load generator and the mock share
+    /// one, which keeps the rig floor near 1.3x a streaming gateway, under the 2x a valid holdout
+    /// batch needs; a third core lifts it.
+    #[arg(long)]
+    pub mock_cpu: Option<usize>,
     /// Run without CPU pinning (for machines with one CPU; the figures then mean less).
     #[arg(long)]
     pub no_pin: bool,
@@ -212,6 +218,7 @@ fn measure(
     k: &Knobs,
     cores: Option<(usize, usize)>,
     mock_pid: u32,
+    mock_on_rig_core: bool,
     gateway_pid: Option<u32>,
     check: load::Check,
 ) -> Result<(Window, Option<procfs::ProcCpu>, Option<u64>)> {
@@ -252,7 +259,8 @@ fn measure(
         w.gateway_core_irq_pct = Some(irq);
         w.gateway_core_other_pct = Some(other);
     }
-    if let Some((busy, irq, other)) = core_share(s0.rig_core, s1.rig_core, mock_ticks + me_ticks) {
+    let rig_ticks = me_ticks + if mock_on_rig_core { mock_ticks } else { 0 };
+    if let Some((busy, irq, other)) = core_share(s0.rig_core, s1.rig_core, rig_ticks) {
         w.rig_core_busy_pct = Some(busy);
         w.rig_core_irq_pct = Some(irq);
         w.rig_core_other_pct = Some(other);
@@ -314,6 +322,19 @@ pub fn run_batch(
         pin::pin_current_thread(k.rig_cpu)?;
         (Some(k.gateway_cpu), Some(k.rig_cpu))
     };
+    let mock_cpu = match (k.no_pin, k.mock_cpu) {
+        (true, _) => None,
+        (false, Some(c)) => {
+            if !pin::allowed_cpus().contains(&c) || c == k.gateway_cpu {
+                bail!("--mock-cpu {c} must be an available CPU other than the gateway's");
+            }
+            Some(c)
+        }
+        (false, None) => pin::allowed_cpus()
+            .into_iter()
+            .find(|&c| c != k.gateway_cpu && c != k.rig_cpu)
+            .or(rig_cpu),
+    };
     // Priority: this thread now (the load thread inherits it) and this process's autogroup
     // (restored when the batch ends); the children at exec, each in its own autogroup.
     let nice = (!k.no_nice).then_some(k.nice);
@@ -365,6 +386,7 @@ pub fn run_batch(
         min_band_pct: k.min_band_pct,
         gateway_cpu: gw_cpu,
         rig_cpu,
+        mock_cpu,
         gateway_workers: 1,
         nice,
         load_client: "trainer load".into(),
@@ -399,7 +421,7 @@ pub fn run_batch(
     );
 
     let scratch = rig::Scratch::new()?;
-    let (mut mock, mock_addr) = rig::start_mock(&mock_bin, &scratch.0, rig_cpu, nice)?;
+    let (mut mock, mock_addr) = rig::start_mock(&mock_bin, &scratch.0, mock_cpu, nice)?;
     eprintln!("bench: mock at {mock_addr} (pid {})", mock.pid());
     let hz = procfs::clock_ticks_per_sec() as f64;
     let cores = gw_cpu.zip(rig_cpu);
@@ -413,7 +435,16 @@ pub fn run_batch(
         body: body.clone(),
         headers: Vec::new(),
     };
-    let (fw, _, _) = measure(&floor_target, k, cores, mock.pid(), None, check.clone())?;
+    let mock_on_rig_core = mock_cpu == rig_cpu;
+    let (fw, _, _) = measure(
+        &floor_target,
+        k,
+        cores,
+        mock.pid(),
+        mock_on_rig_core,
+        None,
+        check.clone(),
+    )?;
     eprintln!(
         "bench: [rig floor] {:.0} rps, p50 {:.3} ms, p99 {:.3} ms; rig cpu per request: load \
          generator {:.2} us, mock {:.2} us",
@@ -431,6 +462,7 @@ pub fn run_batch(
     let rig_info = RigInfo {
         mock_addr,
         mock_pid,
+        mock_on_rig_core,
         cores,
         nice,
         hz,
@@ -489,6 +521,7 @@ pub fn run_batch(
 struct RigInfo {
     mock_addr: SocketAddr,
     mock_pid: u32,
+    mock_on_rig_core: bool,
     cores: Option<(usize, usize)>,
     nice: Option<i32>,
     hz: f64,
@@ -513,6 +546,7 @@ fn run_leg(
     let RigInfo {
         mock_addr,
         mock_pid,
+        mock_on_rig_core,
         cores,
         nice,
         hz,
@@ -545,7 +579,15 @@ fn run_leg(
         body: body.clone(),
         headers: train::caller_headers(shape),
     };
-    let (w, ticks, rss) = measure(&target, k, cores, mock_pid, Some(pid), check.clone())?;
+    let (w, ticks, rss) = measure(
+        &target,
+        k,
+        cores,
+        mock_pid,
+        mock_on_rig_core,
+        Some(pid),
+        check.clone(),
+    )?;
     let ticks = ticks.unwrap_or_default();
     let cpu_secs = ticks.total() as f64 / hz;
     let user_secs = ticks.user as f64 / hz;

@@ -18,6 +18,9 @@ pub struct Settings {
     /// `None` when pinning was switched off.
     pub gateway_cpu: Option<usize>,
     pub rig_cpu: Option<usize>,
+    /// The mock's CPU: the rig's, or one of its own where the machine has a third.
+    #[serde(default)]
+    pub mock_cpu: Option<usize>,
     pub gateway_workers: u32,
     /// Nice value asked for the gateway, the mock and the load generator (`None`: untouched).
     pub nice: Option<i32>,
@@ -374,8 +377,12 @@ pub fn render_table(r: &Report) -> String {
     let _ = writeln!(
         out,
         "pinning: {}",
-        match (s.gateway_cpu, s.rig_cpu) {
-            (Some(g), Some(rc)) => format!(
+        match (s.gateway_cpu, s.rig_cpu, s.mock_cpu) {
+            (Some(g), Some(rc), Some(m)) if m != rc => format!(
+                "gateway (workers {}) on cpu {g}; load generator ({}) on cpu {rc}; mock on cpu {m}",
+                s.gateway_workers, s.load_client
+            ),
+            (Some(g), Some(rc), _) => format!(
                 "gateway (workers {}) on cpu {g}; load generator ({}) and mock on cpu {rc}",
                 s.gateway_workers, s.load_client
             ),
@@ -614,6 +621,7 @@ pub fn synthetic(legs: &[(&str, f64, f64)], rig_rps: f64) -> Report {
             min_band_pct: 1.0,
             gateway_cpu: Some(0),
             rig_cpu: Some(1),
+            mock_cpu: Some(1),
             gateway_workers: 1,
             nice: None,
             load_client: "raw".into(),
