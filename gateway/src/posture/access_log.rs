@@ -800,7 +800,10 @@ fn write_line(
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"attempts\":");
-    json::write_u64(out, u64::from(i.attempts));
+    match i.attempts {
+        n @ 0..=9 => out.push(b'0' + n),
+        n => json::write_u64(out, u64::from(n)),
+    }
     if let (Some(r), false) = (&i.target, i.failed.is_empty()) {
         out.extend_from_slice(b",\"failed_attempts\":[");
         for (n, (d, outcome, status)) in i.failed.iter().enumerate() {

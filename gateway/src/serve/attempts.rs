@@ -25,6 +25,7 @@ use crate::http::body::{json_response, json_response_parts, sse_response, GwResp
 use crate::http::client::UpstreamClient;
 use crate::http::stream::SseBody;
 use crate::posture::access_log::Record;
+use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
 use crate::posture::metrics::{self, AttemptOutcome};
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
@@ -48,24 +49,21 @@ pub struct Call<'a> {
     pub route: &'a Route,
 }
 
-/// How one attempt ended.
-enum Attempt {
-    /// The upstream answered with something that is not retried: the request ends with it.
-    Answered(Result<GwResponse, GwError>),
-    /// A failure another deployment may do better on, with what to answer if none does.
-    Failed {
-        response: Result<GwResponse, GwError>,
-        outcome: AttemptOutcome,
-        status: u16,
-    },
+/// How an attempt that another deployment may do better on failed (its answer is what the
+/// request ends with if none does).
+#[derive(Clone, Copy)]
+struct Failure {
+    outcome: AttemptOutcome,
+    /// The upstream's status, 0 when there was no answer.
+    status: u16,
 }
 
-/// The attempt's request, ready to send.
+/// The attempt's body in its deployment's dialect.
 struct Prepared {
-    request: http::Request<UpBody>,
+    body: UpBody,
+    dialect: Dialect,
     /// `None` on the native route.
     translation: Option<Translation>,
-    native: bool,
 }
 
 /// Serves the request from the route's deployments. An alias with one deployment makes exactly
@@ -73,9 +71,7 @@ struct Prepared {
 pub async fn serve(c: &Call<'_>, rec: &mut Record) -> Result<GwResponse, GwError> {
     if !c.route.is_routed() {
         let prepared = prepare(c, 0)?;
-        return match send(c, 0, prepared, None, rec).await {
-            Attempt::Answered(r) | Attempt::Failed { response: r, .. } => r,
-        };
+        return send(c, 0, prepared, None, rec, &mut None).await;
     }
     let policy = &c.snap.routing;
     let table = &c.route.table;
@@ -113,13 +109,11 @@ pub async fn serve(c: &Call<'_>, rec: &mut Record) -> Result<GwResponse, GwError
             rec.attempt_failed(*j, *outcome, *status);
         }
         sent += 1;
-        match send(c, i, prepared, Some(lease), rec).await {
-            Attempt::Answered(r) => return r,
-            Attempt::Failed {
-                response,
-                outcome,
-                status,
-            } => last = Some((i, outcome, status, response)),
+        let mut failure = None;
+        let response = send(c, i, prepared, Some(lease), rec, &mut failure).await;
+        match failure {
+            None => return response,
+            Some(f) => last = Some((i, f.outcome, f.status, response)),
         }
     }
     match (last, unfit) {
@@ -153,30 +147,35 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
         (UpBody::one(b), Some(t))
     };
     Ok(Prepared {
-        request: provider::request(&d.provider, up_dialect, body),
+        body,
+        dialect: up_dialect,
         translation,
-        native,
     })
 }
 
 /// Sends one attempt to the route's deployment `i` and reads its answer. With a lease (a routed
-/// alias) the outcome is reported on it; the serving attempt's lease is handed to the record.
+/// alias) the outcome is reported on it; the serving attempt's lease is handed to the record. An
+/// attempt another deployment may do better on sets `failure`; its answer is returned still,
+/// for when none does.
 async fn send(
     c: &Call<'_>,
     i: usize,
     p: Prepared,
     lease: Option<Lease>,
     rec: &mut Record,
-) -> Attempt {
+    failure: &mut Option<Failure>,
+) -> Result<GwResponse, GwError> {
     let d = &c.route.deployments[i];
+    let native = p.translation.is_none();
     let label = c.snap.metric_upstreams.index(d.upstream);
+    let request = provider::request(&d.provider, p.dialect, p.body);
     let deadline = Instant::now() + c.snap.upstream_timeout;
     rec.upstream_start(i);
-    let resp = match timeout_at(deadline, c.client.request(p.request)).await {
-        Err(_) => return failed(lease, label, GwError::timeout(), AttemptOutcome::Timeout),
+    let resp = match timeout_at(deadline, c.client.request(request)).await {
+        Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
         Ok(Err(e)) => {
             let e = GwError::unreachable(error_chain(&e));
-            return failed(lease, label, e, AttemptOutcome::Connection);
+            return failed(lease, label, e, Connection, failure);
         }
         Ok(Ok(r)) => r,
     };
@@ -193,11 +192,11 @@ async fn send(
             Some(t) => t.stream(&c.route.alias),
         };
         let transform = rec.track_stream(transform);
-        return Attempt::Answered(Ok(sse_response(SseBody::new(
+        return Ok(sse_response(SseBody::new(
             resp.into_body(),
             transform,
             c.snap.upstream_timeout,
-        ))));
+        )));
     }
 
     let retry_after = if status.is_success() {
@@ -207,35 +206,35 @@ async fn send(
     };
     let upstream_body = Limited::new(resp.into_body(), MAX_UPSTREAM_BODY);
     let bytes = match timeout_at(deadline, upstream_body.collect()).await {
-        Err(_) => return failed(lease, label, GwError::timeout(), AttemptOutcome::Timeout),
+        Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
         Ok(Err(e)) => {
             let e = GwError::bad_upstream(format!("reading body: {e}"));
-            return failed(lease, label, e, AttemptOutcome::Connection);
+            return failed(lease, label, e, Connection, failure);
         }
         Ok(Ok(c)) => c.to_bytes(),
     };
     rec.upstream_end();
 
     if !status.is_success() {
-        let (response, error) = upstream_error(status, &bytes, p.native, retry_after);
+        let (response, error) = upstream_error(status, &bytes, native, retry_after);
         if c.snap.routing.retries(status.as_u16()) {
-            metrics::attempt(label, AttemptOutcome::RetryableStatus);
+            metrics::attempt(label, RetryableStatus);
             if let Some(mut l) = lease {
                 if l.failed(&error, retry_after, std::time::Instant::now()) {
                     metrics::cooldown(label);
                 }
             }
-            return Attempt::Failed {
-                response,
-                outcome: AttemptOutcome::RetryableStatus,
+            *failure = Some(Failure {
+                outcome: RetryableStatus,
                 status: status.as_u16(),
-            };
+            });
+            return response;
         }
         metrics::attempt(label, AttemptOutcome::Status);
         if let Some(mut l) = lease {
             l.succeeded();
         }
-        return Attempt::Answered(response);
+        return response;
     }
     metrics::attempt(label, AttemptOutcome::Ok);
     if let Some(mut l) = lease {
@@ -243,7 +242,7 @@ async fn send(
         rec.hold_lease(l);
     }
     rec.usage_from_body(&bytes);
-    Attempt::Answered(match p.translation {
+    match p.translation {
         #[cfg(feature = "bench-dom-native")]
         None => Ok(json_response_parts(
             StatusCode::OK,
@@ -264,23 +263,26 @@ async fn send(
         Some(t) => t
             .response(&bytes, &c.route.alias)
             .map(|b| json_response(StatusCode::OK, b)),
-    })
+    }
 }
 
 /// An attempt that got no answer: counted, reported on its lease, and answered with `err` if no
 /// other deployment serves.
-fn failed(lease: Option<Lease>, label: u16, err: GwError, outcome: AttemptOutcome) -> Attempt {
+fn failed(
+    lease: Option<Lease>,
+    label: u16,
+    err: GwError,
+    outcome: AttemptOutcome,
+    failure: &mut Option<Failure>,
+) -> Result<GwResponse, GwError> {
     metrics::attempt(label, outcome);
     if let Some(mut l) = lease {
         if l.failed(&err, None, std::time::Instant::now()) {
             metrics::cooldown(label);
         }
     }
-    Attempt::Failed {
-        response: Err(err),
-        outcome,
-        status: 0,
-    }
+    *failure = Some(Failure { outcome, status: 0 });
+    Err(err)
 }
 
 /// How long the upstream asks to be left alone: `retry-after-ms` (OpenAI's), else `retry-after`
