@@ -121,15 +121,17 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Applies `f` to this lease's upstream if the worker's state is still laid out for it (and
+    /// still exists: a lease dropped while the thread exits changes nothing).
     fn with_upstream(&self, f: impl FnOnce(&mut Upstream)) {
-        STATE.with(|s| {
+        let _ = STATE.try_with(|s| {
             let mut s = s.borrow_mut();
             if s.generation == self.generation {
                 if let Some(u) = s.upstreams.get_mut(self.upstream) {
                     f(u)
                 }
             }
-        })
+        });
     }
 
     /// The upstream answered with something that is not retried (success or the client's own
