@@ -191,6 +191,7 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
         &mut c.warnings,
     );
     let metric_models = ModelLabels::new(aliases.iter().copied());
+    // Every route of one configuration points into the same table of upstreams.
     let metric_upstreams = match routes.values().next() {
         Some(r) => UpstreamLabels::new(&r.table.upstreams),
         None => UpstreamLabels::default(),

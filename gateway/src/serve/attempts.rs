@@ -24,12 +24,14 @@ use crate::dialect::Dialect;
 use crate::http::body::{json_response, json_response_parts, sse_response, GwResponse, UpBody};
 use crate::http::client::UpstreamClient;
 use crate::http::stream::SseBody;
+#[cfg(not(feature = "bench-dom-native"))]
+use crate::json;
 use crate::posture::access_log::Record;
 use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
 use crate::posture::metrics::{self, AttemptOutcome};
+use crate::provider;
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
-use crate::{json, provider};
 
 /// A complete (non-streamed) upstream answer larger than this is refused with 502 rather than
 /// buffered: no chat answer is that large, and a broken upstream must not exhaust memory.
