@@ -100,3 +100,64 @@ def openai_client(gateway_addr):
 def anthropic_client(gateway_addr):
     import anthropic
     return anthropic.Anthropic(base_url=f"http://{gateway_addr}", api_key="sk-client", max_retries=0)
+
+
+@pytest.fixture
+def routed_stack(binaries):
+    """A factory for a gateway in front of several mocks, one per deployment, each mock started
+    with its own directives (`trainer mock --directives`, None for a healthy one). Every mock NAME
+    is reachable as providers `NAME-openai` and `NAME-anthropic`. Returns an object with `addr`,
+    `requests(NAME)` (what that mock received) and SDK clients `openai` and `anthropic`; stops
+    everything afterwards and requires the gateway's clean exit."""
+    import types
+
+    import anthropic
+    import httpx
+    import openai
+
+    gateway, trainer = binaries
+    mocks, gateways, dirs = [], [], []
+
+    def start(deployments_by_mock, models, routing=None, upstream_ms=10000):
+        addrs = {}
+        for name, directives in deployments_by_mock.items():
+            cmd = [trainer, "mock", "--listen", "127.0.0.1:0"]
+            if directives:
+                cmd += ["--directives", directives]
+            proc, addr, _ = _start(cmd, "mock listening on ")
+            mocks.append(proc)
+            addrs[name] = addr
+        providers = {}
+        for name, addr in addrs.items():
+            providers[f"{name}-openai"] = {"kind": "openai", "base_url": f"http://{addr}",
+                                           "api_key_env": "CONFORMANCE_OPENAI_KEY"}
+            providers[f"{name}-anthropic"] = {"kind": "anthropic", "base_url": f"http://{addr}",
+                                              "api_key_env": "CONFORMANCE_ANTHROPIC_KEY"}
+        cfg = {"listen": "127.0.0.1:0", "workers": 1, "timeouts": {"upstream_ms": upstream_ms},
+               "providers": providers, "models": models}
+        if routing is not None:
+            cfg["routing"] = routing
+        d = tempfile.TemporaryDirectory()
+        dirs.append(d)
+        path = pathlib.Path(d.name) / "config.json"
+        path.write_text(json.dumps(cfg))
+        env = dict(os.environ, CONFORMANCE_OPENAI_KEY="sk-up-openai",
+                   CONFORMANCE_ANTHROPIC_KEY="sk-up-anthropic")
+        gw, addr, lines = _start([gateway, "--config", str(path)], "listening on ", env=env)
+        gateways.append((gw, lines))
+        return types.SimpleNamespace(
+            addr=addr,
+            requests=lambda name: httpx.get(f"http://{addrs[name]}/mock/requests").json()["requests"],
+            openai=openai.OpenAI(base_url=f"http://{addr}/v1", api_key="sk-client", max_retries=0),
+            anthropic=anthropic.Anthropic(base_url=f"http://{addr}", api_key="sk-client",
+                                          max_retries=0),
+        )
+
+    yield start
+    codes = [(_stop(gw), lines) for gw, lines in gateways]
+    for m in mocks:
+        _stop(m)
+    for d in dirs:
+        d.cleanup()
+    for code, lines in codes:
+        assert code == 0, f"gateway exited {code} after SIGTERM; stderr: {lines[-20:]}"

@@ -6,8 +6,11 @@
 //! the text is [`wire::GREETING`] followed by ` wordK` for K = 2..=N (N content frames, default
 //! 8), `input_tokens = body_bytes / 4`, `output_tokens = N`. Directives in the last user message
 //! (`[[mock:tool_call]]`, `[[mock:frames:N]]`, `[[mock:status:NNN]]`, `[[mock:fail_mid_stream]]`,
-//! `[[mock:stall]]`, `[[mock:malformed_sse]]`) change the answer. No auth is required and nothing
-//! is recorded.
+//! `[[mock:stall]]`, `[[mock:malformed_sse]]`, `[[mock:reset]]`, `[[mock:delay_ms:N]]`,
+//! `[[mock:retry_after:S]]`) change the answer. An instance can also be started with directives
+//! of its own (`--directives`), applied to every request or to its first N, so that two mocks
+//! behind one alias can be one healthy and one failing deployment. No auth is required; the only
+//! thing recorded is how many requests were served (`GET /mock/requests`).
 //!
 //! It is also the upstream of every benchmark, so it is built to be cheap: hyper's HTTP/1 server
 //! with keep-alive, one current-thread runtime per worker thread, bodies rendered straight into
@@ -24,10 +27,11 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use tokio::sync::watch;
 use wire::{Dialect, Plan, Rendered};
@@ -44,11 +48,39 @@ pub struct MockArgs {
     /// Worker threads, each with its own current-thread runtime.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// Directives applied to every request as if its last user message carried them too, after
+    /// its own (e.g. `[[mock:status:503]][[mock:retry_after:2]]`, `[[mock:delay_ms:50]]`).
+    #[arg(long)]
+    pub directives: Option<String>,
+    /// Apply `--directives` only to the first N requests; the rest are answered normally.
+    #[arg(long, requires = "directives")]
+    pub directive_requests: Option<u64>,
+}
+
+/// What one mock instance does beyond what each request asks for.
+#[derive(Clone, Debug, Default)]
+pub struct MockOptions {
+    /// Directives applied to every request (see [`MockArgs::directives`]).
+    pub directives: Option<String>,
+    /// Only the first N requests get `directives`.
+    pub directive_requests: Option<u64>,
+}
+
+/// A running instance's options and its request count.
+#[derive(Debug, Default)]
+struct Instance {
+    opts: MockOptions,
+    /// Dialect requests received (answered or not).
+    requests: AtomicU64,
 }
 
 /// `trainer mock`: serve until SIGTERM or SIGINT, then exit 0.
 pub fn run(args: MockArgs) -> Result<()> {
-    let server = MockServer::start(args.listen, args.workers)?;
+    let opts = MockOptions {
+        directives: args.directives,
+        directive_requests: args.directive_requests,
+    };
+    let server = MockServer::start_opts(args.listen, args.workers, opts)?;
     let addr = server.addr();
     if let Some(path) = &args.addr_file {
         write_atomically(path, addr.to_string().as_bytes())
@@ -108,6 +140,19 @@ impl MockServer {
         workers: usize,
         force_status: Option<u16>,
     ) -> Result<MockServer> {
+        let opts = MockOptions {
+            directives: force_status.map(|s| format!("[[mock:status:{s}]]")),
+            directive_requests: None,
+        };
+        Self::start_opts(listen, workers, opts)
+    }
+
+    /// As [`MockServer::start`], with the instance's own directives.
+    pub fn start_opts(listen: SocketAddr, workers: usize, opts: MockOptions) -> Result<MockServer> {
+        let instance = Arc::new(Instance {
+            opts,
+            requests: AtomicU64::new(0),
+        });
         let listener = std::net::TcpListener::bind(listen)
             .with_context(|| format!("mock: binding {listen}"))?;
         listener.set_nonblocking(true)?;
@@ -117,9 +162,10 @@ impl MockServer {
         for i in 0..workers.max(1) {
             let l = listener.try_clone().context("mock: cloning the listener")?;
             let rx = stop_rx.clone();
+            let instance = instance.clone();
             let t = std::thread::Builder::new()
                 .name(format!("mock-{i}"))
-                .spawn(move || worker(l, rx, force_status))
+                .spawn(move || worker(l, rx, instance))
                 .context("mock: spawning a worker")?;
             threads.push(t);
         }
@@ -150,7 +196,7 @@ impl Drop for MockServer {
 fn worker(
     listener: std::net::TcpListener,
     mut stop: watch::Receiver<bool>,
-    force_status: Option<u16>,
+    instance: Arc<Instance>,
 ) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -177,12 +223,13 @@ fn worker(
                 r = listener.accept() => match r {
                     Ok((stream, _)) => {
                         let _ = stream.set_nodelay(true);
+                        let instance = instance.clone();
                         tokio::spawn(async move {
                             let _ = hyper::server::conn::http1::Builder::new()
                                 .keep_alive(true)
                                 .serve_connection(
                                     TokioIo::new(stream),
-                                    service_fn(move |req| handle(req, force_status)),
+                                    service_fn(move |req| handle(req, instance.clone())),
                                 )
                                 .await;
                         });
@@ -272,14 +319,21 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<MockBody> {
     r
 }
 
+/// One request. An error return makes hyper close the connection without an answer
+/// (`[[mock:reset]]`).
 async fn handle(
     req: Request<Incoming>,
-    force_status: Option<u16>,
-) -> Result<Response<MockBody>, Infallible> {
+    instance: Arc<Instance>,
+) -> Result<Response<MockBody>, std::io::Error> {
     let dialect = match req.uri().path() {
         "/v1/chat/completions" => Dialect::Chat,
         "/v1/responses" => Dialect::Responses,
         "/v1/messages" => Dialect::Messages,
+        "/mock/requests" => {
+            let n = instance.requests.load(Ordering::Relaxed);
+            let body = Bytes::from(format!("{{\"requests\":{n}}}"));
+            return Ok(json_response(StatusCode::OK, body));
+        }
         "/livez" => {
             let mut r = Response::new(MockBody::Full(Some(Bytes::from_static(b"ok\n"))));
             r.headers_mut().insert(
@@ -302,6 +356,7 @@ async fn handle(
             wire::error_body(dialect, 405, "mock: only POST is served"),
         ));
     }
+    let seq = instance.requests.fetch_add(1, Ordering::Relaxed);
     let body = match req.into_body().collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) => {
@@ -314,8 +369,10 @@ async fn handle(
     };
     let plan = match plan(dialect, &body) {
         Ok(mut p) => {
-            if force_status.is_some() {
-                p.status = force_status;
+            if let Some(d) = &instance.opts.directives {
+                if instance.opts.directive_requests.is_none_or(|n| seq < n) {
+                    p.apply_directives(d);
+                }
             }
             p
         }
@@ -326,8 +383,16 @@ async fn handle(
             ))
         }
     };
+    if plan.delay_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(plan.delay_ms)).await;
+    }
     if plan.stall {
         std::future::pending::<()>().await;
+    }
+    if plan.reset {
+        return Err(std::io::Error::other(
+            "mock: reset: closing without an answer",
+        ));
     }
     Ok(respond(dialect, &plan))
 }
@@ -337,7 +402,12 @@ pub fn respond(dialect: Dialect, plan: &Plan) -> Response<MockBody> {
     if let Some(code) = plan.status {
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let msg = format!("mock: status directive {code}");
-        return json_response(status, wire::error_body(dialect, code, &msg));
+        let mut r = json_response(status, wire::error_body(dialect, code, &msg));
+        if let Some(s) = plan.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        return r;
     }
     match render_cached(dialect, plan) {
         Rendered::Json(body) => {
@@ -572,6 +642,51 @@ mod tests {
         let out = crate::load::run_blocking(&opts, &req, check).unwrap();
         let seen = seen.lock().unwrap().take();
         (out, seen)
+    }
+
+    /// One request on a fresh connection with `connection: close`; everything the mock sent.
+    fn raw(addr: SocketAddr, method: &str, path: &str, body: &str) -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: m\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn instance_directives_count_and_faults() {
+        let opts = MockOptions {
+            directives: Some("[[mock:status:503]][[mock:retry_after:7]]".into()),
+            directive_requests: Some(1),
+        };
+        let mock = MockServer::start_opts("127.0.0.1:0".parse().unwrap(), 1, opts).unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        let first = raw(mock.addr(), "POST", "/v1/chat/completions", body);
+        assert!(first.starts_with("HTTP/1.1 503"), "{first}");
+        assert!(first.contains("retry-after: 7\r\n"), "{first}");
+        let second = raw(mock.addr(), "POST", "/v1/chat/completions", body);
+        assert!(
+            second.starts_with("HTTP/1.1 200"),
+            "only the first request: {second}"
+        );
+        // Reset: the connection closes with no answer at all.
+        let reset = r#"{"model":"m","messages":[{"role":"user","content":"[[mock:reset]]"}]}"#;
+        assert_eq!(raw(mock.addr(), "POST", "/v1/messages", reset), "");
+        // Delay: the answer comes no sooner.
+        let slow =
+            r#"{"model":"m","messages":[{"role":"user","content":"[[mock:delay_ms:150]]"}]}"#;
+        let t = std::time::Instant::now();
+        assert!(raw(mock.addr(), "POST", "/v1/messages", slow).starts_with("HTTP/1.1 200"));
+        assert!(t.elapsed() >= std::time::Duration::from_millis(150));
+        let count = raw(mock.addr(), "GET", "/mock/requests", "");
+        assert!(count.ends_with(r#"{"requests":4}"#), "{count}");
     }
 
     #[test]

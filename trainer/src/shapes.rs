@@ -31,7 +31,7 @@ fn default_posture() -> String {
 }
 
 /// Postures a shape may ask for.
-pub const POSTURES: &[&str] = &["default", "rate-limited", "keys"];
+pub const POSTURES: &[&str] = &["default", "rate-limited", "keys", "multi-deployment"];
 
 /// A shape with its payload read.
 #[derive(Clone, Debug)]

@@ -206,7 +206,10 @@ fn tempdir(prefix: &str) -> Result<PathBuf> {
 /// - `rate-limited`: the same plus a `limits.models` policy for the shape's alias with limits far
 ///   above what training sends, so the quota path runs on every request and never refuses;
 /// - `keys`: the same plus one caller key (read from [`CALLER_KEY_ENV`], which the gateway gets
-///   from [`gateway_env`]), which every request presents ([`request`]).
+///   from [`gateway_env`]), which every request presents ([`request`]);
+/// - `multi-deployment`: the same, with the shape's alias over two healthy deployments of its
+///   upstream kind weighted 3:1 (a second provider at the mock), so every request takes the
+///   routed path (choice, lease, per-deployment counts) and none falls back.
 pub fn gateway_config(
     shape: &shapes::Shape,
     mock: SocketAddr,
@@ -242,6 +245,21 @@ pub fn gateway_config(
     });
     if shape.posture == "keys" {
         cfg["keys"] = serde_json::json!([{ "id": "trainer", "key_env": CALLER_KEY_ENV }]);
+    }
+    if shape.posture == "multi-deployment" {
+        let (kind, provider, model) = if shape.upstream == "anthropic" {
+            ("anthropic", "up-anthropic", "mock-claude")
+        } else {
+            ("openai", "up-openai", "mock-gpt")
+        };
+        let second = format!("{provider}-b");
+        let env = cfg["providers"][provider]["api_key_env"].clone();
+        cfg["providers"][&second] =
+            serde_json::json!({ "kind": kind, "base_url": base, "api_key_env": env });
+        cfg["models"][&shape.model] = serde_json::json!({ "deployments": [
+            { "provider": provider, "model": model, "weight": 3 },
+            { "provider": second, "model": format!("{model}-b"), "weight": 1 },
+        ] });
     }
     if shape.posture == "rate-limited" {
         // High limits that training never reaches: the quota path runs on every request.
@@ -637,5 +655,28 @@ mod tests {
         let p = &c["limits"]["models"]["gpt-4o-mini"];
         assert!(p["requests_per_minute"].as_u64().unwrap() >= 1_000_000_000);
         assert!(p["tokens_per_minute"].as_u64().unwrap() >= 1_000_000_000_000);
+        let c = gateway_config(
+            &shape("multi-deployment", "gpt-4o-mini", "openai"),
+            mock,
+            5000,
+            log,
+        );
+        let d = c["models"]["gpt-4o-mini"]["deployments"]
+            .as_array()
+            .unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            (&d[0]["provider"], &d[0]["weight"]),
+            (&"up-openai".into(), &3.into())
+        );
+        assert_eq!(
+            (&d[1]["provider"], &d[1]["weight"]),
+            (&"up-openai-b".into(), &1.into())
+        );
+        assert_eq!(
+            c["providers"]["up-openai-b"]["base_url"],
+            "http://127.0.0.1:9"
+        );
+        assert!(c.get("limits").is_none());
     }
 }

@@ -83,6 +83,7 @@ fn a_removed_shape_fails_naming_its_combination() {
         "messages-minimal-stream",
         "messages-mid-stream",
         "chat-minimal-keys",
+        "chat-minimal-multi-deployment",
     ] {
         std::fs::remove_file(d.join(format!("{s}.json"))).unwrap();
     }
@@ -94,6 +95,7 @@ fn a_removed_shape_fails_naming_its_combination() {
         "{e}"
     );
     assert!(e.contains("no training shape with posture keys"), "{e}");
+    assert!(e.contains("no training shape with posture routing"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 

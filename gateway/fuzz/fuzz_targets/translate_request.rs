@@ -12,7 +12,8 @@ fuzz_target!(|data: &[u8]| {
             (Dialect::Chat, gpt),
             (Dialect::Messages, claude),
         ] {
-            if let Ok((body, _t)) = translate::request(client, up, data, &route.upstream_json) {
+            let model = &route.deployments[0].upstream_json;
+            if let Ok((body, _t)) = translate::request(client, up, data, model) {
                 serde_json::from_slice::<serde_json::Value>(&body)
                     .expect("translated body is JSON");
             }

@@ -96,4 +96,15 @@ impl Checker {
             }
         }
     }
+
+    /// Keys of `o` (at `path`) that are not in `known` are warned about, as unknown top-level
+    /// keys are: most likely a typo that would otherwise leave a default silently in force.
+    pub fn warn_unknown(&mut self, o: &Map<String, Value>, path: &str, known: &[&str]) {
+        for k in o.keys() {
+            if !known.contains(&k.as_str()) {
+                self.warnings
+                    .push(format!("{path}.{k}: unknown key, ignored"));
+            }
+        }
+    }
 }

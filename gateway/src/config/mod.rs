@@ -21,8 +21,8 @@ use crate::config::check::{Checker, ConfigError};
 use crate::posture::access_log::AccessLogConfig;
 use crate::posture::auth::Keys;
 use crate::posture::limits::Limits;
-use crate::posture::metrics::{MetricsConfig, ModelLabels};
-use crate::routing::Route;
+use crate::posture::metrics::{MetricsConfig, ModelLabels, UpstreamLabels};
+use crate::routing::{Policy, Route};
 
 /// The immutable view of the configuration that requests run against.
 #[derive(Debug)]
@@ -41,6 +41,10 @@ pub struct Snapshot {
     pub limits: Limits,
     /// Alias → `model` metric label.
     pub metric_models: ModelLabels,
+    /// Retries, retry budget and cooldown of aliases with several deployments.
+    pub routing: Policy,
+    /// Upstream (a deployment's provider and model) → its metric labels.
+    pub metric_upstreams: UpstreamLabels,
 }
 
 /// Settings that only matter at startup (they cannot change on reload).
@@ -83,6 +87,7 @@ const KNOWN_TOP: &[&str] = &[
     "limits",
     "metrics",
     "access_log",
+    "routing",
 ];
 
 pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
@@ -174,6 +179,7 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
 
     let providers = crate::provider::upstream::section(c, top);
     let routes = crate::routing::section(c, top, &providers);
+    let routing = crate::routing::policy::section(c, top);
 
     let keys = Keys::from_config(top.get("keys"), &mut c.errors, &mut c.warnings);
     let aliases: Vec<&str> = routes.keys().map(String::as_str).collect();
@@ -185,6 +191,11 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
         &mut c.warnings,
     );
     let metric_models = ModelLabels::new(aliases.iter().copied());
+    // Every route of one configuration points into the same table of upstreams.
+    let metric_upstreams = match routes.values().next() {
+        Some(r) => UpstreamLabels::new(&r.table.upstreams),
+        None => UpstreamLabels::default(),
+    };
     let metrics = MetricsConfig::from_config(top.get("metrics"), &mut c.errors);
     let access_log = AccessLogConfig::from_config(top.get("access_log"), &mut c.errors);
 
@@ -212,6 +223,8 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
             keys,
             limits,
             metric_models,
+            routing,
+            metric_upstreams,
         },
         warnings: Vec::new(),
     })
@@ -252,9 +265,9 @@ mod tests {
         let c = parse(cfg).ok().unwrap();
         assert_eq!(c.listen.workers, 1);
         let r = &c.snapshot.routes["gpt"];
-        assert_eq!(&r.upstream_json[..], b"\"mock-gpt\"");
+        assert_eq!(&r.deployments[0].upstream_json[..], b"\"mock-gpt\"");
         assert_eq!(
-            r.provider.chat_uri,
+            r.deployments[0].provider.chat_uri,
             "http://127.0.0.1:9/v1/chat/completions"
         );
         assert!(
@@ -267,7 +280,7 @@ mod tests {
           "models":{"c":{"provider":"o","model":"m"}}}"#;
         let c = parse(https).ok().unwrap();
         assert_eq!(
-            c.snapshot.routes["c"].provider.messages_uri,
+            c.snapshot.routes["c"].deployments[0].provider.messages_uri,
             "https://api.example.com/v1/messages"
         );
         assert!(

@@ -29,6 +29,11 @@ pub const POSTURES: &[Posture] = &[
         enabled: |c| c.snapshot.limits.has_policies(),
     },
     Posture {
+        name: "routing",
+        what: "an alias with several deployments: its requests are routed (a choice by weight or load, a lease per attempt, the retry budget's deposit) and may fall back",
+        enabled: |c| c.snapshot.routes.values().any(|r| r.is_routed()),
+    },
+    Posture {
         name: "access-log",
         what: "the access log (on unless disabled): every request writes its JSON line",
         enabled: |c| c.listen.access_log.enabled,

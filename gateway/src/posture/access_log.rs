@@ -37,7 +37,8 @@ use crate::http::body::GwResponse;
 use crate::json;
 use crate::posture::auth::Caller;
 use crate::posture::limits::{Admission, Kind, Rejection, Scope};
-use crate::posture::metrics::{self, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::routing::health::Lease;
 use crate::routing::Route;
 use crate::sse::SseEvent;
 
@@ -408,6 +409,13 @@ struct Inner {
     rejected: Option<Rejection>,
     error: Option<String>,
     stream_error: Option<String>,
+    /// The route's deployment of the latest attempt (the one that served, if one did).
+    deployment: Option<u8>,
+    attempts: u8,
+    /// (deployment, how it failed, its status or 0) of each attempt that was retried elsewhere.
+    failed: Vec<(u8, AttemptOutcome, u16)>,
+    /// The serving attempt's place in flight on its upstream, held until the request ends.
+    lease: Option<Lease>,
     finished: bool,
 }
 
@@ -446,6 +454,10 @@ impl Record {
                 rejected: None,
                 error: None,
                 stream_error: None,
+                deployment: None,
+                attempts: 0,
+                failed: Vec::new(),
+                lease: None,
                 finished: false,
             })),
         }
@@ -498,9 +510,27 @@ impl Record {
         e
     }
 
-    /// Just before the upstream request is sent.
-    pub fn upstream_start(&mut self) {
-        self.with(|i| i.upstream_start = Some(Instant::now()));
+    /// Just before an upstream request is sent, to the route's deployment at `deployment`. The
+    /// upstream time runs from the first attempt.
+    pub fn upstream_start(&mut self, deployment: usize) {
+        self.with(|i| {
+            if i.upstream_start.is_none() {
+                i.upstream_start = Some(Instant::now());
+            }
+            i.deployment = Some(deployment as u8);
+            i.attempts = i.attempts.saturating_add(1);
+        });
+    }
+
+    /// The attempt on `deployment` failed (`status` 0 when there was no answer) and the request
+    /// goes on to another deployment.
+    pub fn attempt_failed(&mut self, deployment: usize, outcome: AttemptOutcome, status: u16) {
+        self.with(|i| i.failed.push((deployment as u8, outcome, status)));
+    }
+
+    /// Keeps the serving attempt's lease until the request (a stream: the stream) has ended.
+    pub fn hold_lease(&mut self, lease: Lease) {
+        self.with(|i| i.lease = Some(lease));
     }
 
     /// When the upstream response is complete (buffered responses), or failed.
@@ -749,15 +779,52 @@ fn write_line(
         (None, Some(m)) => json::write_str(out, m),
         (None, None) => out.extend_from_slice(b"null"),
     }
+    // The deployment that served (or was tried last); one that was never tried is named only
+    // when the alias has no other.
+    let deployment = i.target.as_ref().and_then(|r| {
+        let n = match i.deployment {
+            Some(n) => n as usize,
+            None if r.deployments.len() == 1 => 0,
+            None => return None,
+        };
+        r.deployments.get(n)
+    });
     out.extend_from_slice(b",\"provider\":");
-    match &i.target {
-        Some(r) => json::write_str(out, &r.provider.name),
+    match deployment {
+        Some(d) => json::write_str(out, &d.provider.name),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"upstream_model\":");
-    match &i.target {
-        Some(r) => json::write_str(out, &r.upstream_model),
+    match deployment {
+        Some(d) => json::write_str(out, &d.upstream_model),
         None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"attempts\":");
+    match i.attempts {
+        n @ 0..=9 => out.push(b'0' + n),
+        n => json::write_u64(out, u64::from(n)),
+    }
+    if let (Some(r), false) = (&i.target, i.failed.is_empty()) {
+        out.extend_from_slice(b",\"failed_attempts\":[");
+        for (n, (d, outcome, status)) in i.failed.iter().enumerate() {
+            let d = &r.deployments[*d as usize];
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"provider\":");
+            json::write_str(out, &d.provider.name);
+            out.extend_from_slice(b",\"upstream_model\":");
+            json::write_str(out, &d.upstream_model);
+            out.extend_from_slice(b",\"outcome\":\"");
+            out.extend_from_slice(outcome.as_str().as_bytes());
+            out.push(b'"');
+            if *status > 0 {
+                out.extend_from_slice(b",\"status\":");
+                json::write_u64(out, u64::from(*status));
+            }
+            out.push(b'}');
+        }
+        out.push(b']');
     }
     out.extend_from_slice(b",\"status\":");
     json::write_u64(out, u64::from(i.status));
@@ -970,7 +1037,7 @@ mod tests {
         h.insert("x-request-id", HeaderValue::from_static("req-1"));
         let mut r = Record::start(Dialect::Chat, &h);
         r.set_unknown_model("weird\"model");
-        r.upstream_start();
+        r.upstream_start(0);
         r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);
         let i = r.inner.take().unwrap();
         let mut out = Vec::new();

@@ -9,6 +9,9 @@
 //! `status` one of a fixed list of codes or `other`, and `model` one of the configured aliases
 //! (at most [`MAX_MODELS`], interned at config load, append-only across reloads), `other` for an
 //! alias that is not configured and `none` when the request failed before its model was known.
+//! Per-deployment counters (attempts, fallbacks, cooldowns) are labelled by the deployment's
+//! `provider` and `upstream_model`, at most [`MAX_UPSTREAMS`] pairs interned the same way, the
+//! rest `other`; `outcome` is one of a fixed list.
 //!
 //! ```json
 //! "metrics": { "listen": "127.0.0.1:9464" }      // "enabled": false turns the listener off
@@ -52,6 +55,36 @@ const NBUCKETS: usize = BUCKETS.len() + 1;
 
 const NKINDS: usize = 3;
 const NSCOPES: usize = 2;
+
+/// The most (provider, upstream model) pairs that get their own labels; the rest count as `other`.
+pub const MAX_UPSTREAMS: usize = 64;
+/// Label index for an upstream past [`MAX_UPSTREAMS`].
+const UPSTREAM_OTHER: u16 = 0;
+const NUPSTREAMS: usize = MAX_UPSTREAMS + 1;
+
+/// How one upstream attempt ended (`outcome` label of `gateway_upstream_attempts_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    /// A 2xx answer.
+    Ok = 0,
+    /// An error status that is not retried (the request's own fault, as a 400).
+    Status = 1,
+    /// A status in `routing.retry_on`.
+    RetryableStatus = 2,
+    /// No answer: the connection failed, was reset, or the body broke off.
+    Connection = 3,
+    /// No answer within `timeouts.upstream_ms`.
+    Timeout = 4,
+}
+const OUTCOMES: [&str; 5] = ["ok", "status", "retryable_status", "connection", "timeout"];
+const NOUTCOMES: usize = OUTCOMES.len();
+
+impl AttemptOutcome {
+    /// The `outcome` label value (also the access log's name for it).
+    pub fn as_str(self) -> &'static str {
+        OUTCOMES[self as usize]
+    }
+}
 
 #[derive(Clone, Copy, Debug)]
 pub enum Hist {
@@ -125,6 +158,10 @@ pub struct Shard {
     hist: Box<[AtomicU64]>,        // hist × route × bucket
     hist_sum_ns: Box<[AtomicU64]>, // hist × route
     inflight: [AtomicI64; NROUTES],
+    attempts: Box<[AtomicU64]>,  // upstream × outcome
+    fallbacks: Box<[AtomicU64]>, // upstream
+    cooldowns: Box<[AtomicU64]>, // upstream
+    retry_budget_exhausted: AtomicU64,
 }
 
 impl Shard {
@@ -136,6 +173,10 @@ impl Shard {
             hist: zeros(NHIST * NROUTES * NBUCKETS),
             hist_sum_ns: zeros(NHIST * NROUTES),
             inflight: Default::default(),
+            attempts: zeros(NUPSTREAMS * NOUTCOMES),
+            fallbacks: zeros(NUPSTREAMS),
+            cooldowns: zeros(NUPSTREAMS),
+            retry_budget_exhausted: AtomicU64::new(0),
         }
     }
 }
@@ -144,6 +185,8 @@ struct Registry {
     shards: Mutex<Vec<Arc<Shard>>>,
     /// Interned alias names; index = label index.
     models: Mutex<Vec<String>>,
+    /// Interned (provider, upstream model) pairs; index = label index, 0 is `other`.
+    upstreams: Mutex<Vec<(String, String)>>,
 }
 
 fn registry() -> &'static Registry {
@@ -151,6 +194,7 @@ fn registry() -> &'static Registry {
     R.get_or_init(|| Registry {
         shards: Mutex::new(Vec::new()),
         models: Mutex::new(vec!["none".into(), "other".into()]),
+        upstreams: Mutex::new(vec![("other".into(), "other".into())]),
     })
 }
 
@@ -200,7 +244,61 @@ impl ModelLabels {
     }
 }
 
+/// Upstream slot of the configuration's routing table → label index, built at config load like
+/// [`ModelLabels`] (interned, append-only across reloads).
+#[derive(Debug, Default)]
+pub struct UpstreamLabels {
+    by_slot: Vec<u16>,
+}
+
+impl UpstreamLabels {
+    /// Interns every (provider, upstream model) of `upstreams` (indexed by slot).
+    pub fn new(upstreams: &[(String, String)]) -> Self {
+        let mut names = registry().upstreams.lock().unwrap();
+        let by_slot = upstreams
+            .iter()
+            .map(|key| match names.iter().skip(1).position(|n| n == key) {
+                Some(i) => (i + 1) as u16,
+                None if names.len() < NUPSTREAMS => {
+                    names.push(key.clone());
+                    (names.len() - 1) as u16
+                }
+                None => UPSTREAM_OTHER,
+            })
+            .collect();
+        UpstreamLabels { by_slot }
+    }
+
+    pub fn index(&self, slot: usize) -> u16 {
+        self.by_slot.get(slot).copied().unwrap_or(UPSTREAM_OTHER)
+    }
+}
+
 // --- recording (request path) ---
+
+/// One upstream attempt on the deployment labelled `upstream`.
+#[inline]
+pub fn attempt(upstream: u16, outcome: AttemptOutcome) {
+    let u = (upstream as usize).min(NUPSTREAMS - 1);
+    with_shard(|s| bump(&s.attempts[u * NOUTCOMES + outcome as usize], 1));
+}
+
+/// A failed attempt on `upstream` that was followed by an attempt on another deployment.
+pub fn fallback(upstream: u16) {
+    let u = (upstream as usize).min(NUPSTREAMS - 1);
+    with_shard(|s| bump(&s.fallbacks[u], 1));
+}
+
+/// `upstream` started a cooldown (repeated failures or its `retry-after`) on one worker.
+pub fn cooldown(upstream: u16) {
+    let u = (upstream as usize).min(NUPSTREAMS - 1);
+    with_shard(|s| bump(&s.cooldowns[u], 1));
+}
+
+/// A retry that the worker's retry budget did not allow.
+pub fn retry_budget_exhausted() {
+    with_shard(|s| bump(&s.retry_budget_exhausted, 1));
+}
 
 /// Access-log lines the sink could not take (`gateway_access_log_dropped_total`). Counted here, not
 /// in the access log, so that the scrape reads it without the metrics depending on the log.
@@ -405,11 +503,61 @@ pub fn render() -> String {
         }
     }
 
+    render_routing(&mut o, &shards);
+
     let dropped = ACCESS_LOG_DROPPED.load(Ordering::Relaxed);
     o.push_str("# HELP gateway_access_log_dropped_total Access-log lines dropped because the sink could not keep up.\n");
     o.push_str("# TYPE gateway_access_log_dropped_total counter\n");
     let _ = writeln!(o, "gateway_access_log_dropped_total {dropped}");
     o
+}
+
+/// The per-deployment counters: only pairs that counted something are listed.
+fn render_routing(o: &mut String, shards: &[Arc<Shard>]) {
+    let upstreams: Vec<(String, String)> = registry().upstreams.lock().unwrap().clone();
+    let labels = |u: usize| {
+        let (p, m) = &upstreams[u];
+        format!("provider=\"{}\",upstream_model=\"{}\"", esc(p), esc(m))
+    };
+    o.push_str("# HELP gateway_upstream_attempts_total Upstream requests by deployment and how they ended.\n");
+    o.push_str("# TYPE gateway_upstream_attempts_total counter\n");
+    for u in 0..upstreams.len() {
+        for (k, outcome) in OUTCOMES.iter().enumerate() {
+            let v = sum(shards, |s| &s.attempts[u * NOUTCOMES + k]);
+            if v > 0 {
+                let _ = writeln!(
+                    o,
+                    "gateway_upstream_attempts_total{{{},outcome=\"{outcome}\"}} {v}",
+                    labels(u)
+                );
+            }
+        }
+    }
+    for (name, help, field) in [
+        (
+            "gateway_fallbacks_total",
+            "Failed attempts on a deployment that were retried on another.",
+            (|s: &Shard| -> &[AtomicU64] { &s.fallbacks }) as fn(&Shard) -> &[AtomicU64],
+        ),
+        (
+            "gateway_cooldowns_total",
+            "Times a deployment was rested after failures or its retry-after (per worker).",
+            |s: &Shard| -> &[AtomicU64] { &s.cooldowns },
+        ),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} counter");
+        for u in 0..upstreams.len() {
+            let v = sum(shards, |s| &field(s)[u]);
+            if v > 0 {
+                let _ = writeln!(o, "{name}{{{}}} {v}", labels(u));
+            }
+        }
+    }
+    let v = sum(shards, |s| &s.retry_budget_exhausted);
+    o.push_str("# HELP gateway_retry_budget_exhausted_total Retries not made because the worker's retry budget was spent.\n");
+    o.push_str("# TYPE gateway_retry_budget_exhausted_total counter\n");
+    let _ = writeln!(o, "gateway_retry_budget_exhausted_total {v}");
 }
 
 // --- configuration and listener ---
@@ -574,6 +722,36 @@ mod tests {
             let v = line.rsplit(' ').next().unwrap();
             assert!(v.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn deployment_counters_are_labelled_and_bounded() {
+        let pairs: Vec<(String, String)> = (0..100)
+            .map(|i| ("metrics-test-p".to_owned(), format!("m{i:03}")))
+            .collect();
+        let l = UpstreamLabels::new(&pairs);
+        assert!(registry().upstreams.lock().unwrap().len() <= NUPSTREAMS);
+        assert_eq!(l.index(99), UPSTREAM_OTHER);
+        assert_eq!(l.index(1000), UPSTREAM_OTHER);
+        let again = UpstreamLabels::new(&pairs[..1]);
+        assert_eq!(again.index(0), l.index(0));
+        let u = l.index(0);
+        let (p, m) = registry().upstreams.lock().unwrap()[u as usize].clone();
+        attempt(u, AttemptOutcome::RetryableStatus);
+        fallback(u);
+        cooldown(u);
+        retry_budget_exhausted();
+        let text = render();
+        let labels = format!("provider=\"{p}\",upstream_model=\"{m}\"");
+        assert!(
+            text.contains(&format!(
+                "gateway_upstream_attempts_total{{{labels},outcome=\"retryable_status\"}} 1"
+            )),
+            "{text}"
+        );
+        assert!(text.contains(&format!("gateway_fallbacks_total{{{labels}}} 1")));
+        assert!(text.contains(&format!("gateway_cooldowns_total{{{labels}}} 1")));
+        assert!(text.contains("gateway_retry_budget_exhausted_total "));
     }
 
     #[test]

@@ -7,9 +7,11 @@
 //!
 //! [`run`] binds the listeners, starts the workers ([`worker`]) and waits for signals
 //! ([`signals`]); a worker accepts connections and routes each request, and the request path of the
-//! three dialects is [`proxy`], which starts with the native route's minimal parse ([`head`]).
-//! [`paths`] lists the request paths and postures as data, for the training coverage gate.
+//! three dialects is [`proxy`], which starts with the native route's minimal parse ([`head`]) and
+//! ends in the upstream call with its fallbacks ([`attempts`]). [`paths`] lists the request paths
+//! and postures as data, for the training coverage gate.
 
+pub mod attempts;
 pub mod head;
 pub mod paths;
 pub mod proxy;

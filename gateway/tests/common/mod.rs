@@ -122,8 +122,44 @@ fn wait_listening(child: &mut Child, prefix: &'static str) -> (SocketAddr, mpsc:
 }
 
 pub fn start_mock() -> Proc {
+    start_mock_args(&[])
+}
+
+/// A mock with its own directives for every request (`trainer mock --directives`), or for its
+/// first `first` requests only: one deployment of a routed alias that fails, stalls or is slow.
+pub fn start_mock_with(directives: &str, first: Option<u64>) -> Proc {
+    let n = first.map(|n| n.to_string());
+    let mut args = vec!["--directives", directives];
+    if let Some(n) = &n {
+        args.extend(["--directive-requests", n.as_str()]);
+    }
+    start_mock_args(&args)
+}
+
+/// `gateway validate --config FILE` for the JSON `cfg`: whether it passed, and its stderr.
+pub fn validate(cfg: &Value) -> (bool, String) {
+    let path = tmpdir("validate").join("config.json");
+    std::fs::write(&path, serde_json::to_vec(cfg).unwrap()).unwrap();
+    let out = Command::new(gateway_bin())
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.success(), err)
+}
+
+/// Requests a mock has received (`GET /mock/requests`).
+pub fn mock_requests(mock: SocketAddr) -> u64 {
+    get(mock, "/mock/requests").json()["requests"]
+        .as_u64()
+        .unwrap()
+}
+
+fn start_mock_args(extra: &[&str]) -> Proc {
     let mut child = Command::new(trainer_bin())
         .args(["mock", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

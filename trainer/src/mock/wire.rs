@@ -12,6 +12,8 @@ pub const GREETING: &str = "Hello from the mock upstream.";
 pub const DEFAULT_FRAMES: usize = 8;
 /// Upper bound on `[[mock:frames:N]]`.
 pub const MAX_FRAMES: usize = 100_000;
+/// Upper bound on `[[mock:delay_ms:N]]` (ten minutes).
+pub const MAX_DELAY_MS: u64 = 600_000;
 /// Name of the tool the mock calls with `[[mock:tool_call]]`.
 pub const TOOL_NAME: &str = "get_weather";
 /// Arguments of that tool call, as JSON text.
@@ -48,6 +50,12 @@ pub struct Plan {
     pub fail_mid_stream: bool,
     pub stall: bool,
     pub malformed_sse: bool,
+    /// Close the connection without answering.
+    pub reset: bool,
+    /// Wait this long before answering.
+    pub delay_ms: u64,
+    /// `retry-after` (seconds) on a status answer.
+    pub retry_after: Option<u64>,
     pub input_tokens: u64,
 }
 
@@ -64,6 +72,9 @@ impl Plan {
             fail_mid_stream: false,
             stall: false,
             malformed_sse: false,
+            reset: false,
+            delay_ms: 0,
+            retry_after: None,
             input_tokens: (body_len / 4) as u64,
         }
     }
@@ -91,6 +102,16 @@ impl Plan {
                         self.frames = n.clamp(1, MAX_FRAMES);
                     }
                 }
+                Some(("delay_ms", n)) => {
+                    if let Ok(n) = n.trim().parse::<u64>() {
+                        self.delay_ms = n.min(MAX_DELAY_MS);
+                    }
+                }
+                Some(("retry_after", n)) => {
+                    if let Ok(n) = n.trim().parse::<u64>() {
+                        self.retry_after = Some(n);
+                    }
+                }
                 Some(("status", n)) => {
                     if let Ok(n) = n.trim().parse::<u16>() {
                         if (100..=999).contains(&n) {
@@ -103,6 +124,7 @@ impl Plan {
                     "fail_mid_stream" => self.fail_mid_stream = true,
                     "stall" => self.stall = true,
                     "malformed_sse" => self.malformed_sse = true,
+                    "reset" => self.reset = true,
                     _ => {}
                 },
             }

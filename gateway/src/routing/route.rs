@@ -1,0 +1,68 @@
+//! What an alias resolves to: its deployments (provider, upstream model, weight, priority) and how
+//! one is chosen, with everything a request needs computed at load.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::provider::upstream::Provider;
+
+/// How a deployment is chosen among the healthy ones of the best priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    /// Smooth weighted round robin: exactly `weight` picks in every `sum of weights` requests.
+    Weighted,
+    /// Fewest requests in flight on this worker relative to the weight; ties by weight.
+    LeastLoaded,
+}
+
+/// One upstream an alias can be served by.
+#[derive(Debug)]
+pub struct Deployment {
+    pub provider: Arc<Provider>,
+    pub upstream_model: String,
+    /// The upstream model as a JSON string literal, spliced into native request bodies.
+    pub upstream_json: Bytes,
+    /// Share of the traffic among deployments of the same priority.
+    pub weight: u32,
+    /// Lower is tried first; a higher priority only serves when every deployment of the lower
+    /// ones is cooling down or already failed this request.
+    pub priority: u32,
+    /// This deployment's upstream (provider and model) in [`Table::upstreams`]: aliases that
+    /// share an upstream share its health.
+    pub upstream: usize,
+    /// This (alias, deployment) pair's place in the per-worker balancing state.
+    pub choice: usize,
+}
+
+/// Where one client-visible alias goes.
+#[derive(Debug)]
+pub struct Route {
+    pub alias: String,
+    /// The alias as a JSON string literal (quotes included), spliced into responses.
+    pub alias_json: Bytes,
+    /// At least one; with one, the request path keeps no routing state at all.
+    pub deployments: Box<[Deployment]>,
+    pub strategy: Strategy,
+    /// The layout of the per-worker state this route's indices point into.
+    pub table: Arc<Table>,
+}
+
+impl Route {
+    /// Whether there is anything to choose or fall back to.
+    pub fn is_routed(&self) -> bool {
+        self.deployments.len() > 1
+    }
+}
+
+/// The distinct upstreams of one configuration and the size of its balancing state. A worker
+/// keeps its routing state laid out for one table and re-lays it when a reload brings another.
+#[derive(Debug)]
+pub struct Table {
+    /// Unique per loaded configuration, so that a worker notices a reload with one comparison.
+    pub generation: u64,
+    /// (provider name, upstream model) of every deployment's upstream, each once.
+    pub upstreams: Vec<(String, String)>,
+    /// (alias, deployment) pairs.
+    pub choices: usize,
+}

@@ -1,0 +1,361 @@
+//! The upstream call of a request whose route is known: one attempt per deployment, each put in
+//! its own deployment's dialect (native or translated), and for an alias with several deployments
+//! the loop that falls back to another on a connection error, a timeout or a status in
+//! `routing.retry_on`, within the attempt cap and the worker's retry budget.
+//!
+//! A stream commits when its upstream's success status arrives: that is when the client gets its
+//! first byte, and nothing after it is retried (a later failure ends the stream with the dialect's
+//! error event). The client's body is shared by every attempt (`Bytes` slices); only a translated
+//! attempt writes a new body.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use tokio::time::{timeout_at, Instant};
+
+use crate::config::Snapshot;
+use crate::dialect::error::GwError;
+use crate::dialect::native::NativeStream;
+use crate::dialect::transform::StreamTransform;
+use crate::dialect::translate::{self, Translation};
+use crate::dialect::Dialect;
+use crate::http::body::{json_response, json_response_parts, sse_response, GwResponse, UpBody};
+use crate::http::client::UpstreamClient;
+use crate::http::stream::SseBody;
+#[cfg(not(feature = "bench-dom-native"))]
+use crate::json;
+use crate::posture::access_log::Record;
+use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
+use crate::posture::metrics::{self, AttemptOutcome};
+use crate::provider;
+use crate::routing::health::{self, Lease, Pick};
+use crate::routing::Route;
+
+/// A complete (non-streamed) upstream answer larger than this is refused with 502 rather than
+/// buffered: no chat answer is that large, and a broken upstream must not exhaust memory.
+const MAX_UPSTREAM_BODY: usize = 64 << 20;
+
+/// One request's upstream call: what every attempt shares.
+pub struct Call<'a> {
+    pub client: &'a UpstreamClient,
+    pub snap: &'a Snapshot,
+    /// The client's dialect (the route it called): errors and answers are in it.
+    pub dialect: Dialect,
+    /// The client's body, as read.
+    pub body: &'a Bytes,
+    /// Where the body's `model` value is (the native route replaces just that).
+    pub model_span: (usize, usize),
+    pub stream: bool,
+    pub route: &'a Route,
+}
+
+/// How an attempt that another deployment may do better on failed (its answer is what the
+/// request ends with if none does).
+#[derive(Clone, Copy)]
+struct Failure {
+    outcome: AttemptOutcome,
+    /// The upstream's status, 0 when there was no answer.
+    status: u16,
+}
+
+/// The attempt's body in its deployment's dialect.
+struct Prepared {
+    body: UpBody,
+    dialect: Dialect,
+    /// `None` on the native route.
+    translation: Option<Translation>,
+}
+
+/// Serves the request from the route's deployments. An alias with one deployment makes exactly
+/// one attempt and keeps no routing state.
+pub async fn serve(c: &Call<'_>, rec: &mut Record) -> Result<GwResponse, GwError> {
+    if !c.route.is_routed() {
+        let prepared = prepare(c, 0)?;
+        return send(c, 0, prepared, None, rec, &mut None).await;
+    }
+    let policy = &c.snap.routing;
+    let table = &c.route.table;
+    health::deposit(table, policy);
+    let mut tried: u64 = 0;
+    let mut sent = 0;
+    // The latest failed attempt: (deployment, outcome, status, what to answer with).
+    let mut last: Option<(usize, AttemptOutcome, u16, Result<GwResponse, GwError>)> = None;
+    // A deployment whose dialect cannot carry this request (nothing was sent to it).
+    let mut unfit: Option<GwError> = None;
+    while sent < policy.max_attempts {
+        let (i, lease) = match health::pick(c.route, policy, tried, std::time::Instant::now()) {
+            Pick::Go(i, lease) => (i, lease),
+            Pick::Cooling(e) => match last {
+                Some(_) => break,
+                None => return Err(e),
+            },
+            Pick::Exhausted => break,
+        };
+        tried |= 1 << i;
+        let prepared = match prepare(c, i) {
+            Ok(p) => p,
+            Err(e) => {
+                unfit.get_or_insert(e);
+                continue;
+            }
+        };
+        if let Some((j, outcome, status, _)) = &last {
+            if !health::withdraw(table) {
+                metrics::retry_budget_exhausted();
+                break;
+            }
+            let d = &c.route.deployments[*j];
+            metrics::fallback(c.snap.metric_upstreams.index(d.upstream));
+            rec.attempt_failed(*j, *outcome, *status);
+        }
+        sent += 1;
+        let mut failure = None;
+        let response = send(c, i, prepared, Some(lease), rec, &mut failure).await;
+        match failure {
+            None => return response,
+            Some(f) => last = Some((i, f.outcome, f.status, response)),
+        }
+    }
+    match (last, unfit) {
+        (Some((_, _, _, response)), _) => response,
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(GwError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("no deployment of {} could be tried", c.route.alias),
+        )),
+    }
+}
+
+/// The request for the route's deployment `i`, in that deployment's dialect: the client's body
+/// with the model replaced when the dialects match, else translated.
+fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
+    let d = &c.route.deployments[i];
+    let up_dialect = provider::upstream_dialect(c.dialect, d.provider.kind);
+    let native = up_dialect == c.dialect;
+    let (body, translation) = if native {
+        let (s, e) = c.model_span;
+        let b = UpBody::three(
+            c.body.slice(..s),
+            d.upstream_json.clone(),
+            c.body.slice(e..),
+        );
+        #[cfg(feature = "bench-dom-native")]
+        let b = dom_rewrite(c.body, &d.upstream_model).unwrap_or(b);
+        (b, None)
+    } else {
+        let (b, t) = translate::request(c.dialect, up_dialect, c.body, &d.upstream_json)?;
+        (UpBody::one(b), Some(t))
+    };
+    Ok(Prepared {
+        body,
+        dialect: up_dialect,
+        translation,
+    })
+}
+
+/// Sends one attempt to the route's deployment `i` and reads its answer. With a lease (a routed
+/// alias) the outcome is reported on it; the serving attempt's lease is handed to the record. An
+/// attempt another deployment may do better on sets `failure`; its answer is returned still,
+/// for when none does.
+async fn send(
+    c: &Call<'_>,
+    i: usize,
+    p: Prepared,
+    lease: Option<Lease>,
+    rec: &mut Record,
+    failure: &mut Option<Failure>,
+) -> Result<GwResponse, GwError> {
+    let d = &c.route.deployments[i];
+    let native = p.translation.is_none();
+    let label = c.snap.metric_upstreams.index(d.upstream);
+    let request = provider::request(&d.provider, p.dialect, p.body);
+    let deadline = Instant::now() + c.snap.upstream_timeout;
+    rec.upstream_start(i);
+    let resp = match timeout_at(deadline, c.client.request(request)).await {
+        Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
+        Ok(Err(e)) => {
+            let e = GwError::unreachable(error_chain(&e));
+            return failed(lease, label, e, Connection, failure);
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+
+    if status.is_success() && c.stream {
+        metrics::attempt(label, AttemptOutcome::Ok);
+        if let Some(mut l) = lease {
+            l.succeeded();
+            rec.hold_lease(l);
+        }
+        let transform: Box<dyn StreamTransform> = match p.translation {
+            None => Box::new(NativeStream::new(c.dialect, c.route.alias_json.clone())),
+            Some(t) => t.stream(&c.route.alias),
+        };
+        let transform = rec.track_stream(transform);
+        return Ok(sse_response(SseBody::new(
+            resp.into_body(),
+            transform,
+            c.snap.upstream_timeout,
+        )));
+    }
+
+    let retry_after = if status.is_success() {
+        None
+    } else {
+        upstream_retry_after(resp.headers())
+    };
+    let upstream_body = Limited::new(resp.into_body(), MAX_UPSTREAM_BODY);
+    let bytes = match timeout_at(deadline, upstream_body.collect()).await {
+        Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
+        Ok(Err(e)) => {
+            let e = GwError::bad_upstream(format!("reading body: {e}"));
+            return failed(lease, label, e, Connection, failure);
+        }
+        Ok(Ok(c)) => c.to_bytes(),
+    };
+    rec.upstream_end();
+
+    if !status.is_success() {
+        let (response, error) = upstream_error(status, &bytes, native, retry_after);
+        if c.snap.routing.retries(status.as_u16()) {
+            metrics::attempt(label, RetryableStatus);
+            if let Some(mut l) = lease {
+                if l.failed(&error, retry_after, std::time::Instant::now()) {
+                    metrics::cooldown(label);
+                }
+            }
+            *failure = Some(Failure {
+                outcome: RetryableStatus,
+                status: status.as_u16(),
+            });
+            return response;
+        }
+        metrics::attempt(label, AttemptOutcome::Status);
+        if let Some(mut l) = lease {
+            l.succeeded();
+        }
+        return response;
+    }
+    metrics::attempt(label, AttemptOutcome::Ok);
+    if let Some(mut l) = lease {
+        l.succeeded();
+        rec.hold_lease(l);
+    }
+    rec.usage_from_body(&bytes);
+    match p.translation {
+        #[cfg(feature = "bench-dom-native")]
+        None => Ok(json_response_parts(
+            StatusCode::OK,
+            dom_rewrite(&bytes, &c.route.alias).unwrap_or(UpBody::one(bytes)),
+        )),
+        #[cfg(not(feature = "bench-dom-native"))]
+        None => {
+            let out = match json::find_model_span(&bytes) {
+                Some((s, e)) => UpBody::three(
+                    bytes.slice(..s),
+                    c.route.alias_json.clone(),
+                    bytes.slice(e..),
+                ),
+                None => UpBody::one(bytes),
+            };
+            Ok(json_response_parts(StatusCode::OK, out))
+        }
+        Some(t) => t
+            .response(&bytes, &c.route.alias)
+            .map(|b| json_response(StatusCode::OK, b)),
+    }
+}
+
+/// An attempt that got no answer: counted, reported on its lease, and answered with `err` if no
+/// other deployment serves.
+fn failed(
+    lease: Option<Lease>,
+    label: u16,
+    err: GwError,
+    outcome: AttemptOutcome,
+    failure: &mut Option<Failure>,
+) -> Result<GwResponse, GwError> {
+    metrics::attempt(label, outcome);
+    if let Some(mut l) = lease {
+        if l.failed(&err, None, std::time::Instant::now()) {
+            metrics::cooldown(label);
+        }
+    }
+    *failure = Some(Failure { outcome, status: 0 });
+    Err(err)
+}
+
+/// How long the upstream asks to be left alone: `retry-after-ms` (OpenAI's), else `retry-after`
+/// in seconds. An HTTP date is not read (no upstream of either kind sends one).
+fn upstream_retry_after(h: &HeaderMap) -> Option<Duration> {
+    let num = |name: &str| -> Option<f64> {
+        let v: f64 = h.get(name)?.to_str().ok()?.trim().parse().ok()?;
+        (v.is_finite() && v >= 0.0).then_some(v)
+    };
+    if let Some(ms) = num("retry-after-ms") {
+        return Some(Duration::from_secs_f64(ms.min(1e9) / 1000.0));
+    }
+    num("retry-after").map(|s| Duration::from_secs_f64(s.min(1e6)))
+}
+
+/// An upstream 4xx/5xx in the client's dialect, with the upstream's status (and its
+/// `retry-after`, whole seconds), and the same as an error for the deployment's record. On the
+/// native route a well-formed upstream error body is already in the client's dialect and is
+/// passed on unchanged.
+fn upstream_error(
+    status: StatusCode,
+    body: &Bytes,
+    native: bool,
+    retry_after: Option<Duration>,
+) -> (Result<GwResponse, GwError>, GwError) {
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        message: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Outer {
+        error: Option<Inner>,
+    }
+    let parsed: Option<Outer> = serde_json::from_slice(body).ok();
+    let msg = parsed.as_ref().and_then(|o| o.error.as_ref());
+    let secs = retry_after.map(|d| d.as_millis().div_ceil(1000).max(1) as u64);
+    let message = msg
+        .and_then(|m| m.message.clone())
+        .unwrap_or_else(|| format!("upstream returned status {}", status.as_u16()));
+    let err = GwError {
+        retry_after: secs,
+        ..GwError::new(status, message)
+    };
+    if native && msg.is_some() {
+        let mut r = json_response(status, body.clone());
+        if let Some(s) = secs {
+            r.headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        return (Ok(r), err);
+    }
+    (Err(err.clone()), err)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Measurement aid only (`--features bench-dom-native`): the native route done the obvious way,
+/// parsing the whole body into a DOM and serializing it again, to put a figure on what the
+/// targeted model rewrite saves.
+#[cfg(feature = "bench-dom-native")]
+fn dom_rewrite(body: &[u8], model: &str) -> Option<UpBody> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.as_object_mut()?.insert("model".into(), model.into());
+    Some(UpBody::one(Bytes::from(serde_json::to_vec(&v).ok()?)))
+}
