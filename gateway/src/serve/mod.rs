@@ -91,7 +91,7 @@ pub fn run(mut config: Config, config_path: String) -> anyhow::Result<()> {
         }
     }
     // The last snapshot's leases go back to the store (dropping the limits spawns the calls).
-    drop(cfg_tx);
+    drop((cfg_tx, cfg_rx));
     if let Some(s) = &store {
         s.close();
     }

@@ -614,6 +614,9 @@ impl Limits {
                 match self.part(store, st, sh, kind, got, &mut fell_back) {
                     Ok(bit) => adm.via[i] |= bit,
                     Err(r) => {
+                        if fell_back {
+                            store::count_fallback(store.config().on_error);
+                        }
                         adm.rollback();
                         return Err(r);
                     }
@@ -663,12 +666,9 @@ impl Limits {
                 *fell_back = true;
                 match (store.config().on_error, &sh.fallback) {
                     (OnError::Admit, _) | (OnError::Local, None) => Ok(0),
-                    (OnError::Reject, _) => {
-                        store::count_fallback(OnError::Reject);
-                        Err(Refused::Rejected(Rejection::unavailable(
-                            st.scope, kind, &st.name,
-                        )))
-                    }
+                    (OnError::Reject, _) => Err(Refused::Rejected(Rejection::unavailable(
+                        st.scope, kind, &st.name,
+                    ))),
                     (OnError::Local, Some(fb)) => {
                         let now = now_ns();
                         let refused = |wait| Refused::Rejected(Rejection::new(st, kind, now, wait));
