@@ -416,3 +416,116 @@ fn only_key_ids_and_aliases_reach_redis_and_credentials_come_from_the_environmen
     assert!(log.update(gw).iter().all(|l| !l.contains("redis-pw")));
     stop_all(gws);
 }
+
+#[test]
+fn rediss_with_a_ca_file_and_refused_without_it() {
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let f = |n: &str| fx.join(n).to_string_lossy().into_owned();
+    let (cert, key, ca) = (f("upstream.pem"), f("upstream.key"), f("ca.pem"));
+    let port = rs::free_port();
+    let _redis = rs::Redis::start_with(
+        port,
+        &[
+            "--tls-port",
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ],
+    );
+    let mock = common::start_mock();
+    let url = format!("rediss://127.0.0.1:{port}/0");
+    let policies = json!({"keys": {"k": {"requests_per_minute": 3}}});
+    let with_ca = json!({"url": url, "prefix": "tls:", "ca_file": ca});
+    let gws = rs::replicas(
+        1,
+        mock.addr,
+        &extra(rs::limits_with_store(policies.clone(), with_ca)),
+        &[KEY_ENV],
+    );
+    let mut log = rs::Log::new(&gws[0]);
+    assert!(
+        log.has(&gws[0], "limits store: up: rediss://"),
+        "{:?}",
+        log.lines
+    );
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| {
+            ps::post_with(
+                gws[0].addr,
+                "/v1/chat/completions",
+                &[("x-api-key", KEY)],
+                &ps::chat("gpt", "hi"),
+            )
+            .status
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    stop_all(gws);
+
+    // The test CA is not among the built-in roots: the store is down, named with the cause.
+    let without = json!({"url": url, "prefix": "tls2:"});
+    let gws = rs::replicas(
+        1,
+        mock.addr,
+        &extra(rs::limits_with_store(policies, without)),
+        &[KEY_ENV],
+    );
+    let mut log = rs::Log::new(&gws[0]);
+    assert!(
+        log.has(&gws[0], "limits store: down at start"),
+        "{:?}",
+        log.lines
+    );
+    assert!(
+        log.lines
+            .iter()
+            .any(|l| l.to_lowercase().contains("certificate")),
+        "{:?}",
+        log.lines
+    );
+    stop_all(gws);
+}
+
+#[test]
+fn a_reload_keeps_the_shared_counters_and_the_store() {
+    let mock = common::start_mock();
+    let redis = rs::Redis::start();
+    let limits = rs::limits_with_store(
+        json!({"keys": {"k": {"requests_per_minute": 5}}}),
+        store(&redis, "reload:"),
+    );
+    let gws = rs::replicas(1, mock.addr, &extra(limits), &[KEY_ENV]);
+    let gw = &gws[0];
+    let post = || {
+        ps::post_with(
+            gw.addr,
+            "/v1/chat/completions",
+            &[("x-api-key", KEY)],
+            &ps::chat("gpt", "hi"),
+        )
+        .status
+    };
+    assert_eq!([post(), post(), post()], [200; 3]);
+    let path = gw.dir.join("config.json");
+    let mut cfg: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut log = rs::Log::new(gw);
+    gw.signal_hup();
+    assert!(rs::eventually(5, || log.has(gw, "config reloaded")));
+    // The bucket is in Redis: a reload does not refill it.
+    assert_eq!([post(), post(), post()], [200, 200, 429]);
+
+    cfg["limits"]["store"]["prefix"] = json!("other:");
+    std::fs::write(&path, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    gw.signal_hup();
+    assert!(rs::eventually(5, || log
+        .has(gw, "$.limits.store: startup-only; the running store")));
+    assert_eq!(post(), 429, "still the running store and its bucket");
+    assert!(redis.keys("other:").is_empty());
+    stop_all(gws);
+}
