@@ -93,6 +93,10 @@ pub struct Knobs {
     /// Binary providing `mock` (default: this trainer).
     #[arg(long)]
     pub mock_bin: Option<PathBuf>,
+    /// `redis-server` for a shape of the `shared-limits` posture (one for the batch, on
+    /// 127.0.0.1, shared by every leg's gateway).
+    #[arg(long)]
+    pub redis_server: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -427,12 +431,23 @@ pub fn run_batch(
         flagged: false,
     });
 
+    let redis = match (shape.posture.as_str(), &k.redis_server) {
+        ("shared-limits", Some(bin)) => Some(crate::redis::RedisServer::start(bin, &scratch.0)?),
+        ("shared-limits", None) => {
+            bail!(
+                "bench: shape {} (posture shared-limits) needs --redis-server PATH",
+                shape.name
+            )
+        }
+        _ => None,
+    };
     let rig_info = RigInfo {
         mock_addr,
         mock_pid,
         cores,
         nice,
         hz,
+        redis: redis.as_ref().map(|r| r.addr()),
     };
     for (i, &bi) in order.iter().enumerate() {
         if !report.problems.is_empty() {
@@ -478,6 +493,9 @@ pub fn run_batch(
     if let Err(e) = mock.terminate() {
         report.flags.push(format!("mock stop: {e:#}"));
     }
+    if let Some(Err(e)) = redis.map(|r| r.stop()) {
+        report.flags.push(format!("redis stop: {e:#}"));
+    }
     report.valid = report.problems.is_empty();
     report::summarize(&mut report);
     Ok(report)
@@ -491,6 +509,8 @@ struct RigInfo {
     cores: Option<(usize, usize)>,
     nice: Option<i32>,
     hz: f64,
+    /// The batch's Redis, for a shape of the `shared-limits` posture.
+    redis: Option<SocketAddr>,
 }
 
 /// The shape's request and how to check its answers.
@@ -515,6 +535,7 @@ fn run_leg(
         cores,
         nice,
         hz,
+        redis,
     } = *rig;
     let port = rig::free_port()?;
     let listen: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -524,6 +545,9 @@ fn run_leg(
     let access_log = scratch.0.join("access.log");
     let mut config = train::gateway_config(shape, mock_addr, rig::free_port()?, &access_log);
     config["listen"] = serde_json::Value::String(listen.to_string());
+    if let Some(r) = redis {
+        train::with_store(&mut config, r);
+    }
     let mut gw = rig::start_gateway(
         path,
         &config,

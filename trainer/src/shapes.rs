@@ -31,7 +31,7 @@ fn default_posture() -> String {
 }
 
 /// Postures a shape may ask for.
-pub const POSTURES: &[&str] = &["default", "rate-limited"];
+pub const POSTURES: &[&str] = &["default", "rate-limited", "shared-limits"];
 
 /// A shape with its payload read.
 #[derive(Clone, Debug)]

@@ -50,6 +50,10 @@ pub struct TrainArgs {
     /// Cap every shape's request count (quick runs and tests).
     #[arg(long)]
     pub max_requests: Option<u64>,
+    /// `redis-server` for the shapes of the `shared-limits` posture: each gets its own on
+    /// 127.0.0.1 as the gateway's shared quota store.
+    #[arg(long)]
+    pub redis_server: Option<PathBuf>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -203,7 +207,9 @@ fn tempdir(prefix: &str) -> Result<PathBuf> {
 /// - `default`: observability on: Prometheus metrics on their own listener (`metrics_port`) and
 ///   the access log written to `access_log` (a file, so that the gateway log stays readable);
 /// - `rate-limited`: the same plus a `limits.models` policy for the shape's alias with limits far
-///   above what training sends, so the quota path runs on every request and never refuses.
+///   above what training sends, so the quota path runs on every request and never refuses;
+/// - `shared-limits`: the `rate-limited` policy shared through a Redis ([`with_store`] adds it),
+///   so that admissions run from the replica's leases.
 pub fn gateway_config(
     shape: &shapes::Shape,
     mock: SocketAddr,
@@ -237,7 +243,7 @@ pub fn gateway_config(
         "metrics": { "listen": format!("127.0.0.1:{metrics_port}") },
         "access_log": { "path": access_log.to_string_lossy() },
     });
-    if shape.posture == "rate-limited" {
+    if shape.posture == "rate-limited" || shape.posture == "shared-limits" {
         // High limits that training never reaches: the quota path runs on every request.
         cfg["limits"] = serde_json::json!({
             "models": {
@@ -250,6 +256,43 @@ pub fn gateway_config(
         });
     }
     cfg
+}
+
+/// The `shared-limits` posture's store: the shape's Redis at `redis`. `on_store_error: reject`
+/// keeps the run honest: a store that does not answer makes requests 503, which the response
+/// checks refuse, so a shape cannot pass on the fallback.
+pub fn with_store(cfg: &mut serde_json::Value, redis: SocketAddr) {
+    cfg["limits"]["store"] = serde_json::json!({
+        "url": format!("redis://{redis}/0"),
+        "prefix": "trainer:",
+        "timeout_ms": 1000,
+        "on_store_error": "reject"
+    });
+}
+
+/// After a `shared-limits` shape: the gateway's metrics must show the store up and answering.
+fn check_store_used(metrics: SocketAddr) -> Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&metrics, Duration::from_secs(2))
+        .context("connecting to the gateway's metrics")?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nhost: {metrics}\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    if value("gateway_limits_store_up") != 1.0
+        || value("gateway_limits_store_calls_total{result=\"ok\"}") < 1.0
+    {
+        bail!("the gateway's shared quota store was not up and answering (gateway_limits_store_up, gateway_limits_store_calls_total)");
+    }
+    Ok(())
 }
 
 /// A gateway child process, killed (SIGKILL) if dropped before it was reaped.
@@ -474,13 +517,26 @@ fn train_shape(
     let before = snapshot(profile_dir)?;
 
     let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 1).context("starting the mock")?;
+    let redis = match (s.shape.posture.as_str(), &args.redis_server) {
+        ("shared-limits", Some(bin)) => {
+            Some(crate::redis::RedisServer::start(bin, scratch).context("starting its Redis")?)
+        }
+        ("shared-limits", None) => {
+            bail!("posture shared-limits needs a Redis: pass --redis-server PATH")
+        }
+        _ => None,
+    };
     let config_path = scratch.join(format!("{name}.config.json"));
-    let cfg = gateway_config(
+    let metrics_port = free_port()?;
+    let mut cfg = gateway_config(
         &s.shape,
         mock.addr(),
-        free_port()?,
+        metrics_port,
         &scratch.join(format!("{name}.access.jsonl")),
     );
+    if let Some(r) = &redis {
+        with_store(&mut cfg, r.addr());
+    }
     std::fs::write(&config_path, serde_json::to_vec_pretty(&cfg)?)?;
     let mut env = vec![
         ("UPSTREAM_OPENAI_KEY", "sk-mock-openai".to_string()),
@@ -515,8 +571,14 @@ fn train_shape(
             gw.log_tail()
         );
     }
+    if redis.is_some() {
+        check_store_used(([127, 0, 0, 1], metrics_port).into())?;
+    }
     gw.stop()?;
     drop(mock);
+    if let Some(r) = redis {
+        r.stop()?;
+    }
 
     // This shape's profiles: files new or changed since before the gateway started.
     let after = snapshot(profile_dir)?;
@@ -602,5 +664,19 @@ mod tests {
         let p = &c["limits"]["models"]["gpt-4o-mini"];
         assert!(p["requests_per_minute"].as_u64().unwrap() >= 1_000_000_000);
         assert!(p["tokens_per_minute"].as_u64().unwrap() >= 1_000_000_000_000);
+        assert!(c["limits"].get("store").is_none());
+        let mut c = gateway_config(
+            &shape("shared-limits", "gpt-4o-mini", "openai"),
+            mock,
+            5000,
+            log,
+        );
+        assert_eq!(
+            c["limits"]["models"]["gpt-4o-mini"], *p,
+            "the same policy, shared"
+        );
+        with_store(&mut c, "127.0.0.1:6390".parse().unwrap());
+        assert_eq!(c["limits"]["store"]["url"], "redis://127.0.0.1:6390/0");
+        assert_eq!(c["limits"]["store"]["on_store_error"], "reject");
     }
 }
