@@ -1251,6 +1251,28 @@ mod tests {
     }
 
     #[test]
+    fn store_section_is_checked_and_divides_the_fallback() {
+        let (l, e) = limits(
+            r#"{"models":{"m":{"requests_per_minute":10,"max_concurrent":5}},
+                "store":{"url":"redis://h:1/0","replicas":3}}"#,
+            &[],
+            &["m"],
+        );
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(l.store_config().unwrap().replicas, 3);
+        // Divided by the replicas, rounded up, never below one.
+        let fb = Fallback::new(&l.models["m"].policy, 3);
+        assert_eq!(fb.max_concurrent, Some(2));
+        assert_eq!(fb.requests.unwrap().interval, WINDOW_NS / 4);
+        let fb = Fallback::new(&l.models["m"].policy, 50);
+        assert_eq!(fb.max_concurrent, Some(1));
+        let (_, e) = limits(r#"{"store":{"url":"ftp://h"}}"#, &[], &[]);
+        assert_eq!(e[0].path, "$.limits.store.url");
+        // Without a connected store admission is the local one, even with the section.
+        assert!(matches!(l.admit(None, "m", 0), Admit::Now(Ok(_))));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
         assert_eq!(fmt_duration(Duration::from_millis(1200)), "2s");
