@@ -332,6 +332,9 @@ fn a_killed_replica_gives_its_slots_back_within_the_ttl() {
     let r = quick(b);
     assert_eq!(r.status, 429, "{}", r.text());
     assert!(r.text().contains("concurrent"), "{}", r.text());
+    // A renews them while it lives: still held well past one TTL.
+    std::thread::sleep(Duration::from_millis(TTL_MS * 3 / 2));
+    assert_eq!(quick(b).status, 429, "a live replica's slots expired");
 
     // SIGKILL: A never gives its slots back; they expire with its heartbeats.
     let killed = Instant::now();
