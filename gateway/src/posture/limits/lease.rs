@@ -11,9 +11,9 @@
 //!   maintenance tick is given back.
 //! - A [`SlotLease`] (max_concurrent) holds concurrency slots registered in Redis under this
 //!   replica's holder name with a time to live (`slots.lua`), renewed every tick while any is held:
-//!   a replica that dies frees its slots within the TTL. Spare slots (held, not in use) are kept
-//!   only while Redis has as many again free for the others; otherwise a released slot goes
-//!   back at once.
+//!   a replica that dies frees its slots within the TTL. Spare slots (held, not in use: up to the
+//!   recent peak in use plus a quarter) are kept only while Redis has at least as many free for
+//!   the others; otherwise a released slot goes back at once.
 //!
 //! What this gives (docs/operations.md, "Shared limits", has the measurements):
 //! - Never more admitted than the shared bucket or the shared slot count allows, since every
@@ -495,7 +495,8 @@ impl SlotLease {
         }
     }
 
-    /// `(remaining, reset)` as this replica knows them, for `x-ratelimit-*`.
+    /// Slots free for this replica as it knows them (its spare plus Redis' free after the last
+    /// answer), for `x-ratelimit-remaining-concurrency`.
     pub fn remaining(&self) -> u64 {
         let (held, in_use) = split(self.state.load(Ordering::Relaxed));
         u64::from(self.free.load(Ordering::Relaxed) + held.saturating_sub(in_use))
