@@ -276,10 +276,8 @@ fn check_store_used(metrics: SocketAddr) -> Result<()> {
     let mut s = std::net::TcpStream::connect_timeout(&metrics, Duration::from_secs(2))
         .context("connecting to the gateway's metrics")?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nhost: {metrics}\r\nconnection: close\r\n\r\n"
-    )?;
+    let req = format!("GET /metrics HTTP/1.1\r\nhost: {metrics}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     let value = |series: &str| -> f64 {
