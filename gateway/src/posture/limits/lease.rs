@@ -3,14 +3,14 @@
 //! renewing a lease talk to the store, from the store's thread, in one script call each.
 //!
 //! - A [`RateLease`] (requests or tokens per minute) holds units taken from the policy's bucket
-//!   in Redis (`bucket.lua`). It asks for more when it falls below half of its size, before it runs
+//!   in Redis (`scripts::BUCKET`). It asks for more when it falls below half of its size, before it runs
 //!   out, so that a steady stream of requests never waits for Redis; its size is what this replica
 //!   used in the last [`HORIZON`], and Redis grants at most 1/[`SHARE`] of what is left, so near
 //!   the limit leases shrink to single units. Token charges after the response (real usage) are
 //!   taken from the lease; a lease in debt hands the debt to Redis at once. A lease unused for a
 //!   maintenance tick is given back.
 //! - A [`SlotLease`] (max_concurrent) holds concurrency slots registered in Redis under this
-//!   replica's holder name with a time to live (`slots.lua`), renewed every tick while any is held:
+//!   replica's holder name with a time to live (`scripts::SLOTS`), renewed every tick while any is held:
 //!   a replica that dies frees its slots within the TTL. Spare slots (held, not in use: up to the
 //!   recent peak in use plus a quarter) are kept only while Redis has at least as many free for
 //!   the others; otherwise a released slot goes back at once.
@@ -33,6 +33,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::posture::limits::clock::now_ns;
+use crate::posture::limits::scripts;
 use crate::posture::limits::store::Store;
 
 /// A lease is sized to last this long at this replica's own rate.
@@ -43,10 +44,8 @@ pub const SHARE: i64 = 4;
 /// TTL when that is shorter).
 const TICK: Duration = Duration::from_secs(1);
 
-static BUCKET: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("bucket.lua")));
-static SLOTS: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("slots.lua")));
+static BUCKET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(scripts::BUCKET));
+static SLOTS: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(scripts::SLOTS));
 
 /// What a lease could do for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -45,15 +45,16 @@
 //! # Across replicas (`store`)
 //! With a `store` section the policies are shared by every replica using the same Redis: each
 //! replica admits from leases of quota it takes from Redis ([`lease`]), over one connection per
-//! process ([`store`]). Requests and tokens are then a token bucket in Redis (`bucket.lua`) with
+//! process ([`store`]). Requests and tokens are then a token bucket in Redis (`scripts::BUCKET`) with
 //! the same semantics as the GCRA above (a minute's budget as burst, continuous refill, debt
-//! carried); concurrency is a count of slots per replica with a time to live (`slots.lua`). The
+//! carried); concurrency is a count of slots per replica with a time to live (`scripts::SLOTS`). The
 //! local algorithm above is unchanged and used without a store; with one, it is the fallback of
 //! `on_store_error: local`, with every limit divided by `replicas`. Shared counters are not reset
 //! by a reload (they live in Redis).
 
 pub mod clock;
 pub mod lease;
+pub mod scripts;
 pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
