@@ -31,6 +31,7 @@ toolchain.runStage {
       --out "$out" \
       --profile-kind ${kind} \
       --profile-dir "$profile_dir" \
+      --redis-server ${toolchain.tools.redisServer} \
       || fail "trainer train failed (its message above names the shape and the cause)"
     [ -s "$out/manifest.json" ] || fail "the trainer wrote no manifest"
   '';

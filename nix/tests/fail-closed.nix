@@ -66,6 +66,10 @@ in
     inherit trainer shapes;
   };
 
+  # No redis-server for the shared-limits shape's store: the training stage fails at that shape.
+  training-without-redis-server =
+    (withTools { redisServer = "/nonexistent/redis-server"; }).gateway-training;
+
   # Corrupt profraw: the profile stage's merge fails.
   profile-from-corrupt-profraw = stages.profile { training = corruptTraining; inherit versions; };
 

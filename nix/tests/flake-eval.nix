@@ -145,6 +145,7 @@ let
           recorded = args;
         };
       cargo-nextest = pkg "cargo-nextest";
+      redis = pkg "redis";
       nixfmt-tree = pkg "nixfmt-tree";
       formats.json = _: {
         type = fakeLib.types.anything;
@@ -445,18 +446,22 @@ let
           tools.mergeFdata
           tools.readelf
           tools.boltRuntimeLib
+          tools.redisServer
         ]
         && tools.llvmProfdata == "${fakeFenix.packages.${system}.stable.llvm-tools}/lib/rustlib/${triple}/bin/llvm-profdata"
+        && tools.redisServer == "${fakeNixpkgs.legacyPackages.${system}.redis}/bin/redis-server"
         && tools.llvmBolt == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/llvm-bolt"
         && tools.mergeFdata == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/merge-fdata"
         && tools.boltRuntimeLib == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/lib/libbolt_rt_instr.a"
       ))
-      (check (s "stages run the tools by those paths (profdata, bolt + runtime, merge-fdata)") (
+      (check (s "stages run the tools by those paths (profdata, bolt + runtime, merge-fdata, redis-server)") (
         hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-bolt-instrumented)
         && hasInfix tools.boltRuntimeLib (scriptOf P.gateway-bolt-instrumented)
         && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-profile)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-pgo-bolt)
+        && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-training)
+        && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-training)
       ))
       (check (s "versions checks every tool, the LLVM majors and the linker") (
         all (t: hasInfix t (scriptOf P.versions)) [

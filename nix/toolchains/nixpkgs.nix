@@ -95,6 +95,8 @@ let
     mergeFdata = "${bolt}/bin/merge-fdata";
     readelf = "${pkgs.lib.getBin llvmPackages.llvm}/bin/llvm-readelf";
     boltRuntimeLib = "${bolt}/lib/libbolt_rt_instr.a";
+    # The shared quota store of the `shared-limits` training shapes (and of the gateway's tests).
+    redisServer = "${pkgs.redis}/bin/redis-server";
   };
 
   prologue = import ./stage-prologue.nix;
@@ -240,6 +242,8 @@ in
       CARGO_PROFILE = "dev";
       env = linkerEnv // {
         RUSTFLAGS = linkerRustflags;
+        # The shared-limits tests run a real Redis (gateway/tests/redis_support, trainer/tests).
+        REDIS_SERVER = tools.redisServer;
       };
     };
   };

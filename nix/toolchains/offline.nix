@@ -18,6 +18,8 @@
   readelf ? "${llvmBin}/llvm-readelf",
   # BOLT's instrumentation runtime, passed explicitly so that BOLT never finds one by PATH.
   boltRuntimeLib ? "/usr/lib/llvm-22/lib/libbolt_rt_instr.a",
+  # Debian's Redis: the shared quota store of the `shared-limits` training shapes.
+  redisServer ? "/usr/bin/redis-server",
   system ? "x86_64-linux",
   target ? "x86_64-unknown-linux-gnu",
 }:
@@ -71,7 +73,7 @@ let
       '';
     };
 
-  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf boltRuntimeLib; };
+  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf boltRuntimeLib redisServer; };
 
   # Read each tool's own version and refuse a mismatch before any stage uses it.
   versions = runStage {

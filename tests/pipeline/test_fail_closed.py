@@ -8,6 +8,7 @@ from nixchain import offline_build
 CASES = {
     "training-without-instrumentation": ("stage gateway-training", "no profile file above"),
     "training-gateway-exits-nonzero": ("stage gateway-training", "did not exit cleanly after SIGTERM: exit status 3"),
+    "training-without-redis-server": ("stage gateway-training", "chat-minimal-shared-limits: starting its Redis: running /nonexistent/redis-server"),
     "profile-from-corrupt-profraw": ("stage gateway-profile", "llvm-profdata merge rejected"),
     "profile-with-wrong-llvm-profdata": ("stage toolchain-versions", "is LLVM 14"),
     "bolt-without-runtime-library": ("stage gateway-bolt-instrumented", "BOLT runtime library"),

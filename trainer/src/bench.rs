@@ -99,6 +99,10 @@ pub struct Knobs {
     /// Binary providing `mock` (default: this trainer).
     #[arg(long)]
     pub mock_bin: Option<PathBuf>,
+    /// `redis-server` for a shape of the `shared-limits` posture (one for the batch, on
+    /// 127.0.0.1, shared by every leg's gateway).
+    #[arg(long)]
+    pub redis_server: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -459,6 +463,16 @@ pub fn run_batch(
         flagged: false,
     });
 
+    let redis = match (train::needs_redis(&shape), &k.redis_server) {
+        (true, Some(bin)) => Some(crate::redis::RedisServer::start(bin, &scratch.0)?),
+        (true, None) => {
+            bail!(
+                "bench: shape {} (posture shared-limits) needs --redis-server PATH",
+                shape.name
+            )
+        }
+        (false, _) => None,
+    };
     let rig_info = RigInfo {
         mock_addr,
         mock_pid,
@@ -466,6 +480,7 @@ pub fn run_batch(
         cores,
         nice,
         hz,
+        redis: redis.as_ref().map(|r| r.addr()),
     };
     for (i, &bi) in order.iter().enumerate() {
         if !report.problems.is_empty() {
@@ -511,6 +526,9 @@ pub fn run_batch(
     if let Err(e) = mock.terminate() {
         report.flags.push(format!("mock stop: {e:#}"));
     }
+    if let Some(Err(e)) = redis.map(|r| r.stop()) {
+        report.flags.push(format!("redis stop: {e:#}"));
+    }
     report.valid = report.problems.is_empty();
     report::summarize(&mut report);
     Ok(report)
@@ -525,6 +543,8 @@ struct RigInfo {
     cores: Option<(usize, usize)>,
     nice: Option<i32>,
     hz: f64,
+    /// The batch's Redis, for a shape of the `shared-limits` posture.
+    redis: Option<SocketAddr>,
 }
 
 /// The shape's request and how to check its answers.
@@ -550,6 +570,7 @@ fn run_leg(
         cores,
         nice,
         hz,
+        redis,
     } = *rig;
     let port = rig::free_port()?;
     let listen: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -559,6 +580,9 @@ fn run_leg(
     let access_log = scratch.0.join("access.log");
     let mut config = train::gateway_config(shape, mock_addr, rig::free_port()?, &access_log);
     config["listen"] = serde_json::Value::String(listen.to_string());
+    if let Some(r) = redis {
+        train::with_store(&mut config, r);
+    }
     let mut gw = rig::start_gateway(
         path,
         &config,

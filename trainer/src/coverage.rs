@@ -199,12 +199,16 @@ pub fn check(gateway: &Path, dir: &Path) -> Result<Report> {
             report.training_shapes += 1;
             path.shapes.push(shape.name.clone());
             // What this shape's training config turns on, as the gateway reads it.
-            let cfg = train::gateway_config(
+            let mut cfg = train::gateway_config(
                 &shape,
                 "127.0.0.1:9".parse().unwrap(),
                 9,
                 &scratch.join("access.jsonl"),
             );
+            if train::needs_redis(&shape) {
+                // Where the Redis is does not change what the config turns on.
+                train::with_store(&mut cfg, "127.0.0.1:9".parse().unwrap());
+            }
             let cfg_path = scratch.join(format!("{}.json", shape.name));
             std::fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg)?)?;
             let m = paths(gateway, Some(&cfg_path))?;

@@ -9,6 +9,7 @@ mod holdout;
 mod load;
 mod mock;
 mod proof;
+mod redis;
 mod shapes;
 mod train;
 

@@ -31,7 +31,13 @@ fn default_posture() -> String {
 }
 
 /// Postures a shape may ask for.
-pub const POSTURES: &[&str] = &["default", "rate-limited", "keys", "multi-deployment"];
+pub const POSTURES: &[&str] = &[
+    "default",
+    "rate-limited",
+    "keys",
+    "multi-deployment",
+    "shared-limits",
+];
 
 /// A shape with its payload read.
 #[derive(Clone, Debug)]

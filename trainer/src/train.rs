@@ -51,6 +51,10 @@ pub struct TrainArgs {
     /// Cap every shape's request count (quick runs and tests).
     #[arg(long)]
     pub max_requests: Option<u64>,
+    /// `redis-server` for the shapes of the `shared-limits` posture: each gets its own on
+    /// 127.0.0.1 as the gateway's shared quota store.
+    #[arg(long)]
+    pub redis_server: Option<PathBuf>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -210,6 +214,8 @@ fn tempdir(prefix: &str) -> Result<PathBuf> {
 /// - `multi-deployment`: the same, with the shape's alias over two healthy deployments of its
 ///   upstream kind weighted 3:1 (a second provider at the mock), so every request takes the
 ///   routed path (choice, lease, per-deployment counts) and none falls back.
+/// - `shared-limits`: the `rate-limited` policy shared through a Redis ([`with_store`] adds it),
+///   so that admissions run from the replica's leases.
 pub fn gateway_config(
     shape: &shapes::Shape,
     mock: SocketAddr,
@@ -261,7 +267,7 @@ pub fn gateway_config(
             { "provider": second, "model": format!("{model}-b"), "weight": 1 },
         ] });
     }
-    if shape.posture == "rate-limited" {
+    if shape.posture == "rate-limited" || shape.posture == "shared-limits" {
         // High limits that training never reaches: the quota path runs on every request.
         cfg["limits"] = serde_json::json!({
             "models": {
@@ -306,6 +312,46 @@ pub fn request(shape: &shapes::Shape, body: Bytes) -> load::Request {
         load::Request::post_json(&shape.endpoint, body),
         |r, (k, v)| r.header(k, v),
     )
+}
+
+/// Whether a shape's posture shares its limits through a Redis (one is started for it).
+pub fn needs_redis(shape: &shapes::Shape) -> bool {
+    shape.posture == "shared-limits"
+}
+
+/// The `shared-limits` posture's store: the shape's Redis at `redis`. `on_store_error: reject`
+/// keeps the run honest: a store that does not answer makes requests 503, which the response
+/// checks refuse, so a shape cannot pass on the fallback.
+pub fn with_store(cfg: &mut serde_json::Value, redis: SocketAddr) {
+    cfg["limits"]["store"] = serde_json::json!({
+        "url": format!("redis://{redis}/0"),
+        "prefix": "trainer:",
+        "timeout_ms": 1000,
+        "on_store_error": "reject"
+    });
+}
+
+/// After a `shared-limits` shape: the gateway's metrics must show the store up and answering.
+fn check_store_used(metrics: SocketAddr) -> Result<()> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(&metrics, Duration::from_secs(2))
+        .context("connecting to the gateway's metrics")?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let req = format!("GET /metrics HTTP/1.1\r\nhost: {metrics}\r\nconnection: close\r\n\r\n");
+    s.write_all(req.as_bytes())?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    let value = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    if value("gateway_limits_store_up") != 1.0
+        || value("gateway_limits_store_calls_total{result=\"ok\"}") < 1.0
+    {
+        bail!("the gateway's shared quota store was not up and answering (gateway_limits_store_up, gateway_limits_store_calls_total)");
+    }
+    Ok(())
 }
 
 /// A gateway child process, killed (SIGKILL) if dropped before it was reaped.
@@ -530,13 +576,26 @@ fn train_shape(
     let before = snapshot(profile_dir)?;
 
     let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 1).context("starting the mock")?;
+    let redis = match (needs_redis(&s.shape), &args.redis_server) {
+        (true, Some(bin)) => {
+            Some(crate::redis::RedisServer::start(bin, scratch).context("starting its Redis")?)
+        }
+        (true, None) => {
+            bail!("posture shared-limits needs a Redis: pass --redis-server PATH")
+        }
+        (false, _) => None,
+    };
     let config_path = scratch.join(format!("{name}.config.json"));
-    let cfg = gateway_config(
+    let metrics_port = free_port()?;
+    let mut cfg = gateway_config(
         &s.shape,
         mock.addr(),
-        free_port()?,
+        metrics_port,
         &scratch.join(format!("{name}.access.jsonl")),
     );
+    if let Some(r) = &redis {
+        with_store(&mut cfg, r.addr());
+    }
     std::fs::write(&config_path, serde_json::to_vec_pretty(&cfg)?)?;
     let mut env = gateway_env();
     if args.profile_kind == "llvm" {
@@ -568,8 +627,14 @@ fn train_shape(
             gw.log_tail()
         );
     }
+    if redis.is_some() {
+        check_store_used(([127, 0, 0, 1], metrics_port).into())?;
+    }
     gw.stop()?;
     drop(mock);
+    if let Some(r) = redis {
+        r.stop()?;
+    }
 
     // This shape's profiles: files new or changed since before the gateway started.
     let after = snapshot(profile_dir)?;
@@ -655,6 +720,20 @@ mod tests {
         let p = &c["limits"]["models"]["gpt-4o-mini"];
         assert!(p["requests_per_minute"].as_u64().unwrap() >= 1_000_000_000);
         assert!(p["tokens_per_minute"].as_u64().unwrap() >= 1_000_000_000_000);
+        assert!(c["limits"].get("store").is_none());
+        let mut c = gateway_config(
+            &shape("shared-limits", "gpt-4o-mini", "openai"),
+            mock,
+            5000,
+            log,
+        );
+        assert_eq!(
+            c["limits"]["models"]["gpt-4o-mini"], *p,
+            "the same policy, shared"
+        );
+        with_store(&mut c, "127.0.0.1:6390".parse().unwrap());
+        assert_eq!(c["limits"]["store"]["url"], "redis://127.0.0.1:6390/0");
+        assert_eq!(c["limits"]["store"]["on_store_error"], "reject");
         let c = gateway_config(
             &shape("multi-deployment", "gpt-4o-mini", "openai"),
             mock,

@@ -34,18 +34,30 @@ fn fake(dir: &Path, env: &str) -> PathBuf {
     )
 }
 
+/// `$REDIS_SERVER`, else Debian's: shapes of the `shared-limits` posture start one.
+fn redis_server() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "/usr/bin/redis-server".into())
+}
+
 fn train(gateway: &Path, out: &Path, extra: &[&str]) -> Output {
-    Command::new(TRAINER)
-        .arg("train")
+    train_with(gateway, out, Some(&redis_server()), extra)
+}
+
+/// `trainer train` with `--redis-server` as given (`None`: without it).
+fn train_with(gateway: &Path, out: &Path, redis: Option<&str>, extra: &[&str]) -> Output {
+    let mut c = Command::new(TRAINER);
+    c.arg("train")
         .arg("--gateway")
         .arg(gateway)
         .arg("--shapes")
         .arg(shapes_dir())
         .arg("--out")
         .arg(out)
-        .args(extra)
-        .output()
-        .unwrap()
+        .args(extra);
+    if let Some(r) = redis {
+        c.arg("--redis-server").arg(r);
+    }
+    c.output().unwrap()
 }
 
 /// Trains only `shape` (at most `max_requests`) and requires a failure whose message names the
@@ -197,6 +209,33 @@ fn a_gateway_dying_by_a_signal_fails_training() {
         "20",
         &["killed by signal 6"],
     );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_shared_limits_shape_needs_its_store() {
+    let d = scratch("store");
+    let shape = "chat-minimal-shared-limits";
+    // The gateway says its store is down: the shape cannot pass on the fallback.
+    let gw = fake(&d, "FAKE_GATEWAY_STORE_DOWN=1");
+    training_fails(
+        &gw,
+        &d.join("out"),
+        shape,
+        "20",
+        &["shared quota store was not up"],
+    );
+    // No Redis to give it.
+    let gw = fake(&d, "");
+    let o = train_with(&gw, &d.join("out"), None, &["--only", shape]);
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert!(e.contains(&format!("training: shape {shape}")), "{e}");
+    assert!(e.contains("needs a Redis: pass --redis-server"), "{e}");
+    // A Redis that is not one.
+    let o = train_with(&gw, &d.join("out"), Some("/bin/true"), &["--only", shape]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("printed no version"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&d);
 }
 

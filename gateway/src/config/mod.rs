@@ -35,6 +35,8 @@ pub struct Snapshot {
     /// trickling bytes holds a connection, so it gets a 408 instead of holding it forever.
     pub body_read_timeout: Duration,
     pub max_body_bytes: usize,
+    /// Largest request head (target and headers) answered; beyond it, a 431.
+    pub max_header_bytes: usize,
     /// Caller keys (empty = open gateway).
     pub keys: Keys,
     /// Rate-limit policies and their live counters.
@@ -80,6 +82,7 @@ const KNOWN_TOP: &[&str] = &[
     "models",
     "timeouts",
     "limits_body_bytes",
+    "limits_header_bytes",
     "drain_ms",
     "max_connections",
     "upstream_ca_files",
@@ -163,6 +166,12 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
         }
     }
     let max_body_bytes = c.positive(top, "limits_body_bytes", "$").unwrap_or(4 << 20) as usize;
+    let max_header_bytes = c
+        .positive(top, "limits_header_bytes", "$")
+        .unwrap_or(32 << 10) as usize;
+    if !(1024..=1 << 20).contains(&max_header_bytes) {
+        c.err("$.limits_header_bytes", "must be 1024 to 1048576");
+    }
     let drain_ms = c.positive(top, "drain_ms", "$").unwrap_or(30_000);
     let max_connections = c.positive(top, "max_connections", "$").unwrap_or(16_384) as usize;
     let ca_files = match top.get("upstream_ca_files").map(Vec::<String>::deserialize) {
@@ -220,6 +229,7 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
             upstream_timeout: Duration::from_millis(upstream_ms),
             body_read_timeout: Duration::from_millis(body_read_ms),
             max_body_bytes,
+            max_header_bytes,
             keys,
             limits,
             metric_models,

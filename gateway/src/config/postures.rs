@@ -34,6 +34,11 @@ pub const POSTURES: &[Posture] = &[
         enabled: |c| c.snapshot.routes.values().any(|r| r.is_routed()),
     },
     Posture {
+        name: "shared-limits",
+        what: "a shared quota store (limits.store): admissions run from this replica's leases on a Redis",
+        enabled: |c| c.snapshot.limits.store_config().is_some(),
+    },
+    Posture {
         name: "access-log",
         what: "the access log (on unless disabled): every request writes its JSON line",
         enabled: |c| c.listen.access_log.enabled,

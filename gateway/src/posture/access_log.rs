@@ -503,9 +503,13 @@ impl Record {
     }
 
     /// A rate-limit refusal: returns the 429 error; [`Record::respond`] adds the `retry-after`
-    /// and `x-ratelimit-*` headers.
+    /// and `x-ratelimit-*` headers. (Or the 503 of an unreachable store, with `retry-after`.)
     pub fn rate_limited(&mut self, r: Rejection) -> GwError {
         let e = r.to_gw_error();
+        if r.is_unavailable() {
+            // A 503 of the rate-limit store, not a rate limit: logged with its error message.
+            return e;
+        }
         self.with(|i| i.rejected = Some(r));
         e
     }

@@ -41,8 +41,8 @@ const NMODELS: usize = MAX_MODELS + 2;
 const ROUTES: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
 const NROUTES: usize = ROUTES.len();
 
-const STATUSES: [u16; 17] = [
-    200, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 499, 500, 502, 503, 504,
+const STATUSES: [u16; 18] = [
+    200, 400, 401, 403, 404, 405, 408, 409, 413, 415, 422, 429, 431, 499, 500, 502, 503, 504,
 ];
 const NSTATUS: usize = STATUSES.len() + 1;
 
@@ -509,6 +509,9 @@ pub fn render() -> String {
     o.push_str("# HELP gateway_access_log_dropped_total Access-log lines dropped because the sink could not keep up.\n");
     o.push_str("# TYPE gateway_access_log_dropped_total counter\n");
     let _ = writeln!(o, "gateway_access_log_dropped_total {dropped}");
+    if let Some(st) = crate::posture::limits::store::stats() {
+        render_store(&mut o, &st);
+    }
     o
 }
 
@@ -558,6 +561,50 @@ fn render_routing(o: &mut String, shards: &[Arc<Shard>]) {
     o.push_str("# HELP gateway_retry_budget_exhausted_total Retries not made because the worker's retry budget was spent.\n");
     o.push_str("# TYPE gateway_retry_budget_exhausted_total counter\n");
     let _ = writeln!(o, "gateway_retry_budget_exhausted_total {v}");
+}
+
+/// The shared quota store's metrics (only when one is configured).
+fn render_store(o: &mut String, st: &crate::posture::limits::store::StatsView) {
+    o.push_str("# HELP gateway_limits_store_up Whether the rate-limit store answers (1) or on_store_error applies (0).\n");
+    o.push_str("# TYPE gateway_limits_store_up gauge\n");
+    let _ = writeln!(o, "gateway_limits_store_up {}", u8::from(st.up));
+    o.push_str("# HELP gateway_limits_store_transitions_total Changes of the rate-limit store's state, by the state entered.\n");
+    o.push_str("# TYPE gateway_limits_store_transitions_total counter\n");
+    let _ = writeln!(
+        o,
+        "gateway_limits_store_transitions_total{{state=\"up\"}} {}",
+        st.to_up
+    );
+    let _ = writeln!(
+        o,
+        "gateway_limits_store_transitions_total{{state=\"down\"}} {}",
+        st.to_down
+    );
+    o.push_str(
+        "# HELP gateway_limits_store_calls_total Lease calls to the rate-limit store, by result.\n",
+    );
+    o.push_str("# TYPE gateway_limits_store_calls_total counter\n");
+    for (result, v) in [
+        ("ok", st.calls_ok),
+        ("error", st.calls_failed),
+        ("timeout", st.calls_timed_out),
+    ] {
+        let _ = writeln!(
+            o,
+            "gateway_limits_store_calls_total{{result=\"{result}\"}} {v}"
+        );
+    }
+    o.push_str("# HELP gateway_limits_store_waits_total Admissions that waited for the rate-limit store (their replica's lease could not tell).\n");
+    o.push_str("# TYPE gateway_limits_store_waits_total counter\n");
+    let _ = writeln!(o, "gateway_limits_store_waits_total {}", st.waited);
+    o.push_str("# HELP gateway_limits_store_fallback_total Admissions decided by on_store_error, by decision.\n");
+    o.push_str("# TYPE gateway_limits_store_fallback_total counter\n");
+    for (d, v) in ["local", "admit", "reject"].iter().zip(st.fallback) {
+        let _ = writeln!(
+            o,
+            "gateway_limits_store_fallback_total{{decision=\"{d}\"}} {v}"
+        );
+    }
 }
 
 // --- configuration and listener ---

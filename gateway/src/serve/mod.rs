@@ -26,6 +26,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::posture::limits::store::Store;
 use crate::posture::{access_log, metrics};
 use crate::serve::signals::Signals;
 
@@ -41,7 +42,7 @@ fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
-pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
+pub fn run(mut config: Config, config_path: String) -> anyhow::Result<()> {
     let listen = config.listen.clone();
     let signals = Signals::install()?;
     // Bind every listener before announcing: a port-0 address is resolved by the first bind and
@@ -59,6 +60,14 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
         eprintln!("metrics listening on {a}");
     }
     crate::alloc::spawn_housekeeping();
+    // The shared quota store, if any: connected (or known unreachable) before the first request.
+    let store = match config.snapshot.limits.store_config() {
+        Some(c) => Some(Store::start(c)?),
+        None => None,
+    };
+    if let Some(s) = &store {
+        config.snapshot.limits.connect(s);
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (cfg_tx, cfg_rx) = watch::channel(Arc::new(config.snapshot));
@@ -75,7 +84,7 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
     }
     eprintln!("listening on {addr}");
 
-    signals.wait(&cfg_tx, &config_path);
+    signals.wait(&cfg_tx, &config_path, store.as_ref());
     let _ = stop_tx.send(true);
     let mut failed = None;
     for h in handles {
@@ -84,6 +93,11 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
             Ok(Err(e)) => failed = Some(e),
             Err(_) => failed = Some(anyhow::anyhow!("a worker panicked")),
         }
+    }
+    // The last snapshot's leases go back to the store (dropping the limits spawns the calls).
+    drop((cfg_tx, cfg_rx));
+    if let Some(s) = &store {
+        s.close();
     }
     access_log::flush();
     match failed {

@@ -14,6 +14,7 @@ use crate::dialect::Dialect;
 use crate::http::body::{error_response, GwResponse};
 use crate::http::client::UpstreamClient;
 use crate::posture::access_log::Record;
+use crate::posture::limits::Admit;
 use crate::serve::{attempts, head};
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
@@ -56,6 +57,23 @@ fn check_content_type(headers: &http::HeaderMap) -> Result<(), GwError> {
     ))
 }
 
+/// The request head against `limits_header_bytes` (431, like the body's 413): the target and
+/// every header as sent (name, value, `: ` and CRLF). hyper reads heads up to twice the limit
+/// (`serve/worker.rs`), so that this answer can be in the client's dialect.
+fn check_head_size(req: &Request<Incoming>, max: usize) -> Result<(), GwError> {
+    let mut n = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    for (k, v) in req.headers() {
+        n += k.as_str().len() + v.len() + 4;
+    }
+    if n > max {
+        return Err(GwError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("request headers exceed {max} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
     match Limited::new(body, limit).collect().await {
         Ok(c) => Ok(c.to_bytes()),
@@ -79,6 +97,7 @@ async fn run(
     req: Request<Incoming>,
     rec: &mut Record,
 ) -> Result<GwResponse, GwError> {
+    check_head_size(&req, snap.max_header_bytes)?;
     let caller = snap.keys.authenticate(req.headers())?;
     rec.set_caller(&caller);
     check_content_type(req.headers())?;
@@ -104,10 +123,23 @@ async fn run(
     let stream = head.stream;
     rec.set_route(&snap.metric_models, &route, stream);
     caller.authorize(&route.alias)?;
-    let admission = snap
+    let estimate = body.len() as u64 / 4;
+    let admission = match snap
         .limits
-        .admit(caller.id.as_deref(), &route.alias, body.len() as u64 / 4)
-        .map_err(|r| rec.rate_limited(r))?;
+        .admit(caller.id.as_deref(), &route.alias, estimate)
+    {
+        Admit::Now(a) => a,
+        // A shared policy whose lease ran out: only the store can tell. Boxed, so that the request
+        // future stays as small as without a store.
+        Admit::Wait => {
+            Box::pin(
+                snap.limits
+                    .admit_waiting(caller.id.as_deref(), &route.alias, estimate),
+            )
+            .await
+        }
+    }
+    .map_err(|r| rec.rate_limited(r))?;
     rec.set_admission(admission);
     let call = attempts::Call {
         client,

@@ -10,6 +10,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
 use crate::config::{self, Snapshot};
+use crate::posture::limits::store::Store;
 
 pub struct Signals {
     rt: tokio::runtime::Runtime,
@@ -34,8 +35,14 @@ impl Signals {
         Ok(Signals { rt, term, int, hup })
     }
 
-    /// Returns on SIGTERM or SIGINT; reloads the config on SIGHUP.
-    pub fn wait(self, cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str) {
+    /// Returns on SIGTERM or SIGINT; reloads the config on SIGHUP (sharing its limits through the
+    /// running `store`, if any).
+    pub fn wait(
+        self,
+        cfg_tx: &watch::Sender<Arc<Snapshot>>,
+        config_path: &str,
+        store: Option<&Arc<Store>>,
+    ) {
         let Signals {
             rt,
             mut term,
@@ -47,7 +54,7 @@ impl Signals {
                 tokio::select! {
                     _ = term.recv() => break,
                     _ = int.recv() => break,
-                    _ = hup.recv() => reload(cfg_tx, config_path),
+                    _ = hup.recv() => reload(cfg_tx, config_path, store),
                 }
             }
         });
@@ -55,9 +62,16 @@ impl Signals {
     }
 }
 
-fn reload(cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str) {
+fn reload(cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str, store: Option<&Arc<Store>>) {
     match config::load_file(config_path) {
-        Ok(c) => {
+        Ok(mut c) => {
+            match store {
+                Some(s) => c.warnings.extend(c.snapshot.limits.connect(s)),
+                None if c.snapshot.limits.store_config().is_some() => c
+                    .warnings
+                    .push("$.limits.store: startup-only; limits stay local until a restart".into()),
+                None => {}
+            }
             for w in &c.warnings {
                 eprintln!("config warning: {w}");
             }

@@ -61,6 +61,9 @@ pub fn run(
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let client = client::new(&upstream_tls);
         let first = cfg.borrow_and_update().clone();
+        // Heads up to twice `limits_header_bytes` are read, so that the 431 for one past the
+        // limit is in the client's dialect (`proxy::check_head_size`); beyond, hyper's own 431.
+        let head_buffer = (2 * first.max_header_bytes).max(8192);
         let w = Rc::new(Worker {
             client,
             snapshot: RefCell::new(first),
@@ -72,7 +75,8 @@ pub fn run(
         let mut http = hyper::server::conn::http1::Builder::new();
         http.keep_alive(true)
             .timer(TokioTimer::new())
-            .header_read_timeout(listen.header_timeout);
+            .header_read_timeout(listen.header_timeout)
+            .max_buf_size(head_buffer);
         loop {
             tokio::select! {
                 r = listener.accept() => match r {

@@ -41,11 +41,29 @@
 //! - A stream that ends without usage (the client disconnected, or a chat stream without
 //!   `stream_options.include_usage`) keeps only its reserved input estimate.
 //! - The counters are reset by a config reload (SIGHUP).
+//!
+//! # Across replicas (`store`)
+//! With a `store` section the policies are shared by every replica using the same Redis: each
+//! replica admits from leases of quota it takes from Redis ([`lease`]), over one connection per
+//! process ([`store`]). Requests and tokens are then a token bucket in Redis (`scripts::BUCKET`) with
+//! the same semantics as the GCRA above (a minute's budget as burst, continuous refill, debt
+//! carried); concurrency is a count of slots per replica with a time to live (`scripts::SLOTS`). The
+//! local algorithm above is unchanged and used without a store; with one, it is the fallback of
+//! `on_store_error: local`, with every limit divided by `replicas`. Shared counters are not reset
+//! by a reload (they live in Redis).
+
+pub mod clock;
+pub mod lease;
+pub mod scripts;
+pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::Deserialize;
@@ -53,8 +71,9 @@ use serde_json::Value;
 
 use crate::config::check::ConfigError;
 use crate::dialect::error::GwError;
-
-const WINDOW_NS: u64 = 60_000_000_000;
+use crate::posture::limits::clock::{now_ns, WINDOW_NS};
+use crate::posture::limits::lease::{Got, Leases, RateLease, SlotLease};
+use crate::posture::limits::store::{OnError, Store, StoreConfig};
 
 /// One policy as written in the config file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -82,6 +101,9 @@ pub struct LimitsConfig {
     /// default: nine more headers cost about as much as the rest of the posture together.
     #[serde(default)]
     pub headers_on_success: bool,
+    /// The shared store (checked by [`StoreConfig::from_config`]).
+    #[serde(default)]
+    pub store: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,16 +136,6 @@ impl Kind {
             Kind::Concurrency => "concurrency",
         }
     }
-}
-
-fn epoch() -> Instant {
-    static E: OnceLock<Instant> = OnceLock::new();
-    *E.get_or_init(Instant::now)
-}
-
-/// Nanoseconds on a monotonic clock; starts at one window so that `now - WINDOW` never wraps.
-fn now_ns() -> u64 {
-    epoch().elapsed().as_nanos() as u64 + WINDOW_NS
 }
 
 /// GCRA state: the theoretical arrival time in `now_ns` units.
@@ -222,7 +234,48 @@ pub struct PolicyState {
     tokens: Option<Gcra>,
     inflight: AtomicU32,
     concurrency_value: Option<HeaderValue>,
+    /// With a store: this replica's leases of the policy, and its fallback.
+    shared: Option<Shared>,
 }
+
+/// A policy shared through the store.
+#[derive(Debug)]
+struct Shared {
+    requests: Option<Arc<RateLease>>,
+    tokens: Option<Arc<RateLease>>,
+    slots: Option<Arc<SlotLease>>,
+    /// `on_store_error: local`: the policy divided by the replica count.
+    fallback: Option<Fallback>,
+}
+
+/// The local limiter a shared policy falls back to while the store cannot be reached.
+#[derive(Debug)]
+struct Fallback {
+    requests: Option<Gcra>,
+    tokens: Option<Gcra>,
+    inflight: AtomicU32,
+    max_concurrent: Option<u32>,
+}
+
+impl Fallback {
+    fn new(p: &Policy, replicas: u32) -> Fallback {
+        let part = |n: u64| n.div_ceil(u64::from(replicas)).max(1);
+        Fallback {
+            requests: p.requests_per_minute.map(|n| Gcra::new(part(n))),
+            tokens: p.tokens_per_minute.map(|n| Gcra::new(part(n))),
+            inflight: AtomicU32::new(0),
+            max_concurrent: p.max_concurrent.map(|n| part(u64::from(n)) as u32),
+        }
+    }
+}
+
+/// Where each part of a held shared policy was taken from (bits of `Admission::via`).
+const REQ_LEASE: u8 = 1;
+const REQ_LOCAL: u8 = 2;
+const TOK_LEASE: u8 = 4;
+const TOK_LOCAL: u8 = 8;
+const SLOT_LEASE: u8 = 16;
+const SLOT_LOCAL: u8 = 32;
 
 impl PolicyState {
     fn new(scope: Scope, name: &str, policy: Policy) -> Self {
@@ -234,6 +287,7 @@ impl PolicyState {
             tokens: policy.tokens_per_minute.map(Gcra::new),
             inflight: AtomicU32::new(0),
             concurrency_value: policy.max_concurrent.map(HeaderValue::from),
+            shared: None,
         }
     }
 
@@ -249,6 +303,10 @@ pub struct Limits {
     keys: HashMap<String, Arc<PolicyState>>,
     models: HashMap<String, Arc<PolicyState>>,
     headers_on_success: bool,
+    /// The `store` section as configured (connected or not).
+    store_config: Option<StoreConfig>,
+    /// The running store, once [`Limits::connect`]ed.
+    store: Option<Arc<Store>>,
 }
 
 /// A request that passed every policy. Holds the concurrency slots until dropped.
@@ -258,6 +316,24 @@ pub struct Admission {
     reserved_tokens: u64,
     settled: bool,
     headers: bool,
+    /// Admitted through the store: `via[i]` says where each part of `held[i]` was taken from
+    /// (at most two policies apply, the key's and the model's).
+    shared: bool,
+    via: [u8; 2],
+}
+
+/// The outcome of [`Limits::admit`].
+#[derive(Debug)]
+pub enum Admit {
+    Now(Result<Admission, Rejection>),
+    /// Only the store can tell (a lease ran out): call [`Limits::admit_waiting`].
+    Wait,
+}
+
+/// Why a shared admission did not complete.
+enum Refused {
+    Rejected(Rejection),
+    MustWait,
 }
 
 /// Why a request was refused, with what the 429 must say.
@@ -268,6 +344,8 @@ pub struct Rejection {
     pub name: String,
     pub retry_after: Duration,
     headers: Vec<(HeaderName, HeaderValue)>,
+    /// Refused because the store cannot be reached (`on_store_error: reject`): a 503, not a 429.
+    unavailable: bool,
 }
 
 impl Limits {
@@ -330,8 +408,13 @@ impl Limits {
             }
             ok
         };
+        let store_config = cfg
+            .store
+            .as_ref()
+            .and_then(|v| StoreConfig::from_config(v, errors, warnings));
         let mut out = Limits {
             headers_on_success: cfg.headers_on_success,
+            store_config,
             ..Limits::default()
         };
         if let Some(d) = &cfg.default_key {
@@ -386,16 +469,240 @@ impl Limits {
         self.keys.is_empty() && self.models.is_empty()
     }
 
+    /// The `store` section, for starting the store at startup.
+    pub fn store_config(&self) -> Option<&StoreConfig> {
+        self.store_config.as_ref()
+    }
+
+    /// Shares these policies through the running `store` (at startup and on every reload). The
+    /// store itself is startup-only: a reloaded `store` section that differs from the running
+    /// one is ignored, with a warning (returned).
+    pub fn connect(&mut self, store: &Arc<Store>) -> Vec<String> {
+        static BUILD: AtomicU64 = AtomicU64::new(0);
+        let mut warnings = Vec::new();
+        let cfg = store.config();
+        if self.store_config.as_ref() != Some(cfg) {
+            warnings.push(format!(
+                "$.limits.store: startup-only; the running store ({}) is kept until a restart",
+                cfg.url
+            ));
+        }
+        let holder = format!(
+            "{}:{}",
+            store.replica(),
+            BUILD.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut leases = Leases::default();
+        for st in self.keys.values_mut().chain(self.models.values_mut()) {
+            let Some(st) = Arc::get_mut(st) else {
+                continue;
+            };
+            // Only key ids and aliases name keys in Redis, never a caller's or upstream's key.
+            let key = |kind: Kind| {
+                format!(
+                    "{}{}:{}:{}",
+                    cfg.prefix,
+                    st.scope.as_str(),
+                    st.name,
+                    kind.as_str()
+                )
+            };
+            let p = st.policy;
+            let requests = p
+                .requests_per_minute
+                .map(|n| RateLease::new(store, key(Kind::Requests), n));
+            let tokens = p
+                .tokens_per_minute
+                .map(|n| RateLease::new(store, key(Kind::Tokens), n));
+            let slots = p
+                .max_concurrent
+                .map(|n| SlotLease::new(store, key(Kind::Concurrency), holder.clone(), n));
+            leases
+                .rates
+                .extend(requests.iter().chain(tokens.iter()).map(Arc::downgrade));
+            leases.slots.extend(slots.iter().map(Arc::downgrade));
+            st.shared = Some(Shared {
+                requests,
+                tokens,
+                slots,
+                fallback: (cfg.on_error == OnError::Local).then(|| Fallback::new(&p, cfg.replicas)),
+            });
+        }
+        lease::maintain(store, leases);
+        self.store = Some(store.clone());
+        warnings
+    }
+
     /// Checks and takes from every policy that applies to (key, model): concurrency, then
     /// requests, then tokens (reserving `estimated_tokens`). All or nothing: on a rejection what
-    /// was already taken is given back.
-    pub fn admit(
+    /// was already taken is given back. With a store, the leases answer when they can; when only
+    /// the store can tell, the answer is [`Admit::Wait`].
+    pub fn admit(&self, key: Option<&str>, model: &str, estimated_tokens: u64) -> Admit {
+        let Some(store) = &self.store else {
+            return Admit::Now(self.admit_at(now_ns(), key, model, estimated_tokens));
+        };
+        // Without a deadline the shared admission never awaits, so one poll completes it.
+        let fut = pin!(self.admit_shared(store, key, model, estimated_tokens, None));
+        match fut.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(Ok(a)) => Admit::Now(Ok(a)),
+            Poll::Ready(Err(Refused::Rejected(r))) => Admit::Now(Err(r)),
+            Poll::Ready(Err(Refused::MustWait)) | Poll::Pending => Admit::Wait,
+        }
+    }
+
+    /// [`Limits::admit`] after [`Admit::Wait`]: waits for the store at most its timeout, then
+    /// decides by `on_store_error`.
+    pub async fn admit_waiting(
         &self,
         key: Option<&str>,
         model: &str,
         estimated_tokens: u64,
     ) -> Result<Admission, Rejection> {
-        self.admit_at(now_ns(), key, model, estimated_tokens)
+        let Some(store) = &self.store else {
+            return self.admit_at(now_ns(), key, model, estimated_tokens);
+        };
+        store::count_wait();
+        let deadline = tokio::time::Instant::now() + store.config().timeout;
+        match self
+            .admit_shared(store, key, model, estimated_tokens, Some(deadline))
+            .await
+        {
+            Ok(a) => Ok(a),
+            Err(Refused::Rejected(r)) => Err(r),
+            // Not reached with a deadline (a wait past it is `Unavailable`); refuse as unavailable.
+            Err(Refused::MustWait) => {
+                Err(Rejection::unavailable(Scope::Model, Kind::Requests, model))
+            }
+        }
+    }
+
+    /// The shared admission, part by part in the local order (concurrency, requests, tokens):
+    /// each part from its lease, waiting for the store until `deadline` (`None`: not at all), or
+    /// by `on_store_error` when the store cannot answer.
+    async fn admit_shared(
+        &self,
+        store: &Arc<Store>,
+        key: Option<&str>,
+        model: &str,
+        estimated_tokens: u64,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Admission, Refused> {
+        let mut adm = Admission::new(estimated_tokens, self.headers_on_success, true);
+        if self.is_empty() {
+            return Ok(adm);
+        }
+        let need_tokens = estimated_tokens.max(1) as i64;
+        let mut fell_back = false;
+        let k = key.and_then(|k| self.keys.get(k));
+        let m = self.models.get(model);
+        for st in [k, m].into_iter().flatten() {
+            let Some(sh) = &st.shared else {
+                continue;
+            };
+            let i = adm.held.len();
+            adm.held.push(st.clone());
+            for kind in [Kind::Concurrency, Kind::Requests, Kind::Tokens] {
+                let got = match (kind, deadline) {
+                    (Kind::Concurrency, _) if sh.slots.is_none() => continue,
+                    (Kind::Requests, _) if sh.requests.is_none() => continue,
+                    (Kind::Tokens, _) if sh.tokens.is_none() => continue,
+                    (Kind::Concurrency, None) => sh.slots.as_ref().unwrap().try_now(),
+                    (Kind::Concurrency, Some(d)) => sh.slots.as_ref().unwrap().acquire(d).await,
+                    (Kind::Requests, None) => sh.requests.as_ref().unwrap().try_now(1),
+                    (Kind::Requests, Some(d)) => {
+                        sh.requests.as_ref().unwrap().acquire(1, 1, d).await
+                    }
+                    (Kind::Tokens, None) => sh.tokens.as_ref().unwrap().try_now(0),
+                    (Kind::Tokens, Some(d)) => {
+                        sh.tokens.as_ref().unwrap().acquire(0, need_tokens, d).await
+                    }
+                };
+                match self.part(store, st, sh, kind, got, &mut fell_back) {
+                    Ok(bit) => adm.via[i] |= bit,
+                    Err(r) => {
+                        if fell_back {
+                            store::count_fallback(store.config().on_error);
+                        }
+                        adm.rollback();
+                        return Err(r);
+                    }
+                }
+            }
+        }
+        if fell_back {
+            store::count_fallback(store.config().on_error);
+        }
+        // Every check passed: reserve the token estimate.
+        let now = now_ns();
+        for (st, via) in adm.held.iter().zip(adm.via) {
+            let Some(sh) = &st.shared else {
+                continue;
+            };
+            if let (true, Some(t)) = (via & TOK_LEASE != 0, &sh.tokens) {
+                t.charge(estimated_tokens as i64);
+            }
+            if let (true, Some(t)) = (via & TOK_LOCAL != 0, fallback_tokens(sh)) {
+                t.charge(now, estimated_tokens);
+            }
+        }
+        Ok(adm)
+    }
+
+    /// One part of a shared admission, from what its lease could do: the `via` bit to record, or
+    /// the refusal.
+    fn part(
+        &self,
+        store: &Store,
+        st: &PolicyState,
+        sh: &Shared,
+        kind: Kind,
+        got: Got,
+        fell_back: &mut bool,
+    ) -> Result<u8, Refused> {
+        let (lease_bit, local_bit) = match kind {
+            Kind::Requests => (REQ_LEASE, REQ_LOCAL),
+            Kind::Tokens => (TOK_LEASE, TOK_LOCAL),
+            Kind::Concurrency => (SLOT_LEASE, SLOT_LOCAL),
+        };
+        match got {
+            Got::Yes => Ok(lease_bit),
+            Got::WouldWait => Err(Refused::MustWait),
+            Got::Empty(wait) => Err(Refused::Rejected(Rejection::new(st, kind, now_ns(), wait))),
+            Got::Unavailable => {
+                *fell_back = true;
+                match (store.config().on_error, &sh.fallback) {
+                    (OnError::Admit, _) | (OnError::Local, None) => Ok(0),
+                    (OnError::Reject, _) => Err(Refused::Rejected(Rejection::unavailable(
+                        st.scope, kind, &st.name,
+                    ))),
+                    (OnError::Local, Some(fb)) => {
+                        let now = now_ns();
+                        let refused = |wait| Refused::Rejected(Rejection::new(st, kind, now, wait));
+                        match kind {
+                            Kind::Concurrency => {
+                                let max = fb.max_concurrent.unwrap_or(u32::MAX);
+                                if fb.inflight.fetch_add(1, Ordering::Relaxed) >= max {
+                                    fb.inflight.fetch_sub(1, Ordering::Relaxed);
+                                    return Err(refused(Duration::from_secs(1)));
+                                }
+                            }
+                            Kind::Requests => {
+                                if let Some(g) = &fb.requests {
+                                    g.take(now, 1)
+                                        .map_err(|w| refused(Duration::from_nanos(w)))?;
+                                }
+                            }
+                            Kind::Tokens => {
+                                if let Some(g) = &fb.tokens {
+                                    g.check(now).map_err(|w| refused(Duration::from_nanos(w)))?;
+                                }
+                            }
+                        }
+                        Ok(local_bit)
+                    }
+                }
+            }
+        }
     }
 
     fn admit_at(
@@ -405,12 +712,7 @@ impl Limits {
         model: &str,
         estimated_tokens: u64,
     ) -> Result<Admission, Rejection> {
-        let mut adm = Admission {
-            held: Vec::new(),
-            reserved_tokens: estimated_tokens,
-            settled: false,
-            headers: self.headers_on_success,
-        };
+        let mut adm = Admission::new(estimated_tokens, self.headers_on_success, false);
         if self.is_empty() {
             return Ok(adm);
         }
@@ -478,9 +780,30 @@ fn release_slot(st: &PolicyState) {
     }
 }
 
+fn fallback_tokens(sh: &Shared) -> Option<&Gcra> {
+    sh.fallback.as_ref().and_then(|f| f.tokens.as_ref())
+}
+
 impl Admission {
+    fn new(reserved_tokens: u64, headers: bool, shared: bool) -> Admission {
+        Admission {
+            held: Vec::new(),
+            reserved_tokens,
+            settled: false,
+            headers,
+            shared,
+            via: [0; 2],
+        }
+    }
+
     /// Undo a partial admission (before any token was reserved).
     fn rollback(&mut self) {
+        if self.shared {
+            self.release_shared(true);
+            self.held.clear();
+            self.settled = true;
+            return;
+        }
         for st in self.held.drain(..) {
             if let Some(r) = &st.requests {
                 r.refund(1);
@@ -498,6 +821,9 @@ impl Admission {
         }
         self.settled = true;
         let now = now_ns();
+        if self.shared {
+            return self.settle_shared(now, actual_tokens);
+        }
         for st in &self.held {
             if let Some(t) = &st.tokens {
                 if actual_tokens >= self.reserved_tokens {
@@ -505,6 +831,58 @@ impl Admission {
                 } else {
                     t.refund(self.reserved_tokens - actual_tokens);
                 }
+            }
+        }
+    }
+
+    /// [`Admission::settle`] where each policy's tokens were reserved: its lease or its fallback.
+    fn settle_shared(&self, now: u64, actual: u64) {
+        let reserved = self.reserved_tokens;
+        for (st, via) in self.held.iter().zip(self.via) {
+            let Some(sh) = &st.shared else {
+                continue;
+            };
+            if let (true, Some(t)) = (via & TOK_LEASE != 0, &sh.tokens) {
+                if actual >= reserved {
+                    t.charge((actual - reserved) as i64);
+                } else {
+                    t.refund((reserved - actual) as i64);
+                }
+            }
+            if let (true, Some(t)) = (via & TOK_LOCAL != 0, fallback_tokens(sh)) {
+                if actual >= reserved {
+                    t.charge(now, actual - reserved);
+                } else {
+                    t.refund(reserved - actual);
+                }
+            }
+        }
+    }
+
+    /// Releases the slots of a shared admission where they were taken; with `undo`, gives the
+    /// request units back too (a rollback).
+    fn release_shared(&self, undo: bool) {
+        for (st, via) in self.held.iter().zip(self.via) {
+            let Some(sh) = &st.shared else {
+                continue;
+            };
+            if let (true, Some(l)) = (via & SLOT_LEASE != 0, &sh.slots) {
+                l.release();
+            }
+            if let (true, Some(fb)) = (via & SLOT_LOCAL != 0, &sh.fallback) {
+                fb.inflight.fetch_sub(1, Ordering::Relaxed);
+            }
+            if !undo {
+                continue;
+            }
+            if let (true, Some(l)) = (via & REQ_LEASE != 0, &sh.requests) {
+                l.refund(1);
+            }
+            if let (true, Some(g)) = (
+                via & REQ_LOCAL != 0,
+                sh.fallback.as_ref().and_then(|f| f.requests.as_ref()),
+            ) {
+                g.refund(1);
             }
         }
     }
@@ -526,6 +904,9 @@ impl Admission {
 
 impl Drop for Admission {
     fn drop(&mut self) {
+        if self.shared {
+            return self.release_shared(false);
+        }
         for st in &self.held {
             release_slot(st);
         }
@@ -608,20 +989,28 @@ fn policy_headers(st: &PolicyState, now: u64) -> Vec<(HeaderName, HeaderValue)> 
         out.push((r, HeaderValue::from(remaining)));
         out.push((z, duration_value(reset)));
     };
+    // A shared policy's state as this replica knows it: its lease plus what Redis said was left.
+    let sh = st.shared.as_ref();
     if let Some(r) = &st.requests {
-        push(
-            Kind::Requests,
-            &r.limit_value,
-            r.remaining(now),
-            r.reset(now),
-        );
+        let (left, reset) = match sh.and_then(|s| s.requests.as_ref()) {
+            Some(l) => l.remaining(),
+            None => (r.remaining(now), r.reset(now)),
+        };
+        push(Kind::Requests, &r.limit_value, left, reset);
     }
     if let Some(t) = &st.tokens {
-        push(Kind::Tokens, &t.limit_value, t.remaining(now), t.reset(now));
+        let (left, reset) = match sh.and_then(|s| s.tokens.as_ref()) {
+            Some(l) => l.remaining(),
+            None => (t.remaining(now), t.reset(now)),
+        };
+        push(Kind::Tokens, &t.limit_value, left, reset);
     }
     if let (Some(max), Some(v)) = (st.policy.max_concurrent, &st.concurrency_value) {
-        let cur = st.inflight.load(Ordering::Relaxed).min(max);
-        push(Kind::Concurrency, v, u64::from(max - cur), Duration::ZERO);
+        let left = match sh.and_then(|s| s.slots.as_ref()) {
+            Some(l) => l.remaining().min(u64::from(max)),
+            None => u64::from(max - st.inflight.load(Ordering::Relaxed).min(max)),
+        };
+        push(Kind::Concurrency, v, left, Duration::ZERO);
     }
     out
 }
@@ -634,7 +1023,25 @@ impl Rejection {
             name: st.name.clone(),
             retry_after,
             headers: policy_headers(st, now),
+            unavailable: false,
         }
+    }
+
+    /// `on_store_error: reject` while the store cannot be reached.
+    fn unavailable(scope: Scope, kind: Kind, name: &str) -> Self {
+        Rejection {
+            scope,
+            kind,
+            name: name.to_owned(),
+            retry_after: Duration::from_secs(1),
+            headers: Vec::new(),
+            unavailable: true,
+        }
+    }
+
+    /// A 503 (the store cannot be reached), not a rate limit.
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable
     }
 
     /// Whole seconds for `retry-after` (rounded up, at least 1).
@@ -674,6 +1081,19 @@ impl Rejection {
     /// The 429 as a dialect error (its `retry_after` is set; the `x-ratelimit-*` headers are added
     /// to the response with [`Rejection::apply_headers`]).
     pub fn to_gw_error(&self) -> GwError {
+        if self.unavailable {
+            let mut e = GwError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the rate-limit store is unavailable ({} {:?}); retry after 1s",
+                    self.scope.as_str(),
+                    self.name
+                ),
+            );
+            e.code = Some("limits_store_unavailable");
+            e.retry_after = Some(1);
+            return e;
+        }
         let mut e = GwError::new(StatusCode::TOO_MANY_REQUESTS, self.message());
         e.code = Some("rate_limit_exceeded");
         e.retry_after = Some(self.retry_after_secs());
@@ -684,6 +1104,7 @@ impl Rejection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     const S: u64 = 1_000_000_000;
 
@@ -758,15 +1179,15 @@ mod tests {
             &["a", "b"],
             &["m"],
         );
-        let a1 = l.admit(Some("a"), "m", 0).unwrap();
-        let a2 = l.admit(Some("a"), "m", 0).unwrap();
-        let r = l.admit(Some("a"), "m", 0).unwrap_err();
+        let a1 = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap();
+        let a2 = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap();
+        let r = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap_err();
         assert_eq!(r.kind, Kind::Concurrency);
         assert_eq!(r.scope, Scope::Key);
         // Key b has its own slots.
-        let _b = l.admit(Some("b"), "m", 0).unwrap();
+        let _b = l.admit_at(now_ns(), Some("b"), "m", 0).unwrap();
         drop(a1);
-        let a3 = l.admit(Some("a"), "m", 0).unwrap();
+        let a3 = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap();
         drop((a2, a3));
         assert_eq!(l.keys["a"].inflight(), 0);
     }
@@ -836,6 +1257,28 @@ mod tests {
     }
 
     #[test]
+    fn store_section_is_checked_and_divides_the_fallback() {
+        let (l, e) = limits(
+            r#"{"models":{"m":{"requests_per_minute":10,"max_concurrent":5}},
+                "store":{"url":"redis://h:1/0","replicas":3}}"#,
+            &[],
+            &["m"],
+        );
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(l.store_config().unwrap().replicas, 3);
+        // Divided by the replicas, rounded up, never below one.
+        let fb = Fallback::new(&l.models["m"].policy, 3);
+        assert_eq!(fb.max_concurrent, Some(2));
+        assert_eq!(fb.requests.unwrap().interval, WINDOW_NS / 4);
+        let fb = Fallback::new(&l.models["m"].policy, 50);
+        assert_eq!(fb.max_concurrent, Some(1));
+        let (_, e) = limits(r#"{"store":{"url":"ftp://h"}}"#, &[], &[]);
+        assert_eq!(e[0].path, "$.limits.store.url");
+        // Without a connected store admission is the local one, even with the section.
+        assert!(matches!(l.admit(None, "m", 0), Admit::Now(Ok(_))));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
         assert_eq!(fmt_duration(Duration::from_millis(1200)), "2s");
@@ -865,7 +1308,7 @@ mod tests {
                     let l = l.clone();
                     std::thread::spawn(move || {
                         for _ in 0..n {
-                            let mut a = l.admit(Some("a"), "m", 10).unwrap();
+                            let mut a = l.admit_at(now_ns(), Some("a"), "m", 10).unwrap();
                             a.settle(12);
                         }
                     })
