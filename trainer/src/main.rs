@@ -1,12 +1,16 @@
 //! `trainer`: everything that drives the gateway from outside — the mock upstream, the PGO/BOLT
-//! training run, the proof marker, the A/B bench and the holdout gate.
+//! training run, the pinned profiles' manifests and freshness checks, the proof marker, the A/B
+//! bench, the cachegrind instruction counts and the holdout gates.
 
 mod bench;
 mod check;
 mod fake_gateway;
 mod holdout;
+mod instructions;
 mod load;
 mod mock;
+mod pinned;
+mod profiles;
 mod proof;
 mod shapes;
 mod train;
@@ -39,6 +43,13 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Fail if the optimized binary is slower than the plain one on the holdout shape.
     Holdout(holdout::HoldoutArgs),
+    /// Instructions, I1 misses and mispredicted branches per request of a shape (cachegrind).
+    Instructions(instructions::InstructionsArgs),
+    /// Fail unless the optimized binary executes fewer instructions per request than plain on
+    /// the holdout and board shapes (cachegrind; deterministic verdict).
+    InstructionsGate(instructions::GateArgs),
+    /// Pinned profiles: manifest, verify, freshness check, compare.
+    Profile(pinned::ProfileArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,5 +62,8 @@ fn main() -> anyhow::Result<()> {
         Command::Load(args) => load::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::Holdout(args) => holdout::run(args),
+        Command::Instructions(args) => instructions::run(args),
+        Command::InstructionsGate(args) => instructions::gate(args),
+        Command::Profile(args) => pinned::run(args),
     }
 }
