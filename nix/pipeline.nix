@@ -28,12 +28,12 @@ let
   # Linker flag of the stages BOLT rewrites: `--emit-relocs` keeps the relocations it needs.
   emitRelocs = "-Clink-args=-Wl,--emit-relocs";
 
-  # Least overlap of a fresh training with the pinned profile, in percent. Measured in the
-  # sandbox of this machine kind (nix/README.md, "Thresholds"): training runs of one binary
-  # overlap each other by at least 99.4% (LLVM) and 97.9% (BOLT); each threshold allows twice that
-  # noise, so only a profile that no longer describes the trained code fails.
+  # Least overlap of a fresh training with the pinned profile, in percent, derived from training
+  # noise measured in the sandbox of this machine kind, idle and with both cores busy
+  # (nix/README.md, "Thresholds"): fresh trainings of one binary overlapped the pinned profile by
+  # 99.44% at worst (LLVM) and 98.54% (BOLT); each threshold allows twice that shortfall.
   llvmMinOverlap = 98.8;
-  boltMinOverlap = 95.8;
+  boltMinOverlap = 97.0;
 
   # Least reduction of instructions per request, released vs plain, in percent: 3 x the sum of
   # the two binaries' largest measured run-to-run spread (0.82% each, nix/README.md).
@@ -138,4 +138,5 @@ rec {
 
   # The stage functions and their inputs, for compositions such as nix/tests/fail-closed.nix.
   inherit stages toolchain shapes pinned refreshCommand;
+  thresholds = { inherit llvmMinOverlap boltMinOverlap minInstructionReduction; };
 }

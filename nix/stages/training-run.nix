@@ -50,6 +50,7 @@ in
   training="$TMPDIR/training"
   fresh="$TMPDIR/fresh"
   mkdir -p "$training" "$fresh" "$TMPDIR/profiles"
+  echo "stage $stage: training in $TMPDIR (profiles written to $TMPDIR/profiles)"
   ${trainer}/bin/trainer train \
     --gateway ${gateway}/bin/gateway \
     --shapes ${shapes} \

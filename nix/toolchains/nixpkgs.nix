@@ -95,6 +95,7 @@ let
     mergeFdata = "${bolt}/bin/merge-fdata";
     readelf = "${pkgs.lib.getBin llvmPackages.llvm}/bin/llvm-readelf";
     boltRuntimeLib = "${bolt}/lib/libbolt_rt_instr.a";
+    valgrind = "${pkgs.valgrind}/bin/valgrind";
   };
 
   prologue = import ./stage-prologue.nix;
@@ -133,11 +134,32 @@ let
       };
     };
 
+  pgoDiagnosticsOf = import ./pgo-diagnostics.nix;
+
+  # crane's build command (lib/buildPackage.nix at the pinned crane) with rustc's diagnostics,
+  # which `json-render-diagnostics` has cargo print to stderr, also kept in a file.
+  keepPgoDiagnostics = package: args: {
+    buildPhaseCargoCommand = ''
+      cargoBuildLog=$(mktemp cargoBuildLogXXXX.json)
+      { cargoWithProfile build --message-format json-render-diagnostics ${args.cargoExtraArgs} >"$cargoBuildLog"; } 2>&1 \
+        | tee "$NIX_BUILD_TOP/cargo-build.log"
+      status=''${PIPESTATUS[0]}
+      [ "$status" -eq 0 ] || exit "$status"
+    '';
+    postInstall = ''
+      mkdir -p "$out/share/${package}"
+      ${pgoDiagnosticsOf ''"$NIX_BUILD_TOP/cargo-build.log"'' ''"$out/share/${package}/pgo-diagnostics.txt"''}
+    '';
+  };
+
   buildPackage =
     {
       pname,
       package,
       rustflags,
+      # Keep LLVM's profile-use warnings of the package's crate in
+      # share/<package>/pgo-diagnostics.txt (nix/README.md, provider interface).
+      pgoDiagnostics ? false,
     }:
     let
       args = cargoArgs { inherit pname package rustflags; };
@@ -150,6 +172,7 @@ let
     in
     craneLib.buildPackage (
       args
+      // (if pgoDiagnostics then keepPgoDiagnostics package args else { })
       // {
         cargoArtifacts = deps;
         passthru = {
@@ -201,6 +224,8 @@ let
 in
 {
   name = "nixpkgs-fenix";
+  # The cargo workspace source every build compiles.
+  src = cargoSrc;
   inherit
     system
     target

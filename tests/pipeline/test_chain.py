@@ -8,6 +8,8 @@ import subprocess
 import time
 import urllib.request
 
+import pytest
+
 from nixchain import ROOT, offline_build
 
 STAGES = [
@@ -121,3 +123,17 @@ def test_artifact_references_no_build_input(pgo_bolt):
     refs = subprocess.run(["nix-store", "--query", "--references", str(pgo_bolt)],
                           check=True, capture_output=True, text=True).stdout.split()
     assert refs in ([], [str(pgo_bolt)]), refs
+
+
+@pytest.mark.parametrize("where", [
+    ["--option", "sandbox-build-dir", "/gateway-build-elsewhere"],
+    ["--option", "sandbox", "false"],
+], ids=["other-sandbox-build-dir", "no-sandbox"])
+def test_bolt_training_runs_in_any_build_directory(pgo_bolt, where):
+    """Issue 15 item 4: the BOLT-instrumented binary's profile path depends on no build directory.
+    `--check` trains it again in another one (and compares the verdict with the first build's)."""
+    proc = offline_build("gateway-bolt-training", "--no-out-link", "--check", *where, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    trained_in = [line for line in proc.stdout.splitlines() if "stage gateway-bolt-training: training in" in line]
+    assert trained_in and "/build " not in trained_in[0] + " ", proc.stdout[-4000:]
+    assert "freshness check passed" in proc.stdout
