@@ -30,10 +30,10 @@ let
 
   # Least overlap of a fresh training with the pinned profile, in percent, derived from training
   # noise measured in the sandbox of this machine kind, idle and with both cores busy
-  # (nix/README.md, "Thresholds"): fresh trainings of one binary overlapped the pinned profile by
-  # 99.44% at worst (LLVM) and 98.54% (BOLT); each threshold allows twice that shortfall.
-  llvmMinOverlap = 98.8;
-  boltMinOverlap = 97.0;
+  # (nix/README.md, "Thresholds"): 12 fresh LLVM trainings overlapped the pinned profile by 99.43%
+  # at worst, 14 BOLT trainings by 98.33%; each threshold allows three times that shortfall.
+  llvmMinOverlap = 98.3;
+  boltMinOverlap = 95.0;
 
   # Least reduction of instructions per request, released vs plain, in percent: 3 x the sum of
   # the two binaries' largest measured run-to-run spread (0.82% each, nix/README.md).

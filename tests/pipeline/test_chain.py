@@ -137,3 +137,20 @@ def test_bolt_training_runs_in_any_build_directory(pgo_bolt, where):
     trained_in = [line for line in proc.stdout.splitlines() if "stage gateway-bolt-training: training in" in line]
     assert trained_in and "/build " not in trained_in[0] + " ", proc.stdout[-4000:]
     assert "freshness check passed" in proc.stdout
+
+
+def test_instruction_gate_passes_with_a_deterministic_verdict(pgo_bolt):
+    """The holdout gate that cannot be noisy: instructions per request under cachegrind, plain vs
+    released, on the holdout and board shapes; the figures are in the build log, the output is the
+    verdict alone."""
+    out = pathlib.Path(offline_build("holdout-instructions", "--no-out-link").stdout.strip().splitlines()[-1])
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "passed", verdict
+    assert "chat-minimal" in verdict["shapes"] and len(verdict["shapes"]) == 2, verdict
+    assert verdict["min_reduction_pct"] > 0
+    drv = subprocess.run(["nix-store", "--query", "--deriver", str(out)],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    log = subprocess.run(["nix-store", "--read-log", drv], check=True, capture_output=True, text=True).stdout
+    figures = [line for line in log.splitlines() if line.startswith("instructions gate, shape ")]
+    assert len(figures) == 2, log[-3000:]
+    print("\n".join(figures))

@@ -127,13 +127,15 @@ pub fn parse_cachegrind(text: &str) -> Result<Counts> {
         .find_map(|l| l.strip_prefix("summary:"))
         .ok_or_else(|| anyhow!("no \"summary:\" line"))?
         .split_whitespace()
-        .map(|n| n.parse().map_err(|_| anyhow!("summary value {n:?} is not a number")))
+        .map(|n| {
+            n.parse()
+                .map_err(|_| anyhow!("summary value {n:?} is not a number"))
+        })
         .collect::<Result<_>>()?;
     let col = |name: &str| -> Result<u64> {
-        let i = events
-            .iter()
-            .position(|e| *e == name)
-            .ok_or_else(|| anyhow!("cachegrind counted no {name} (run with --cache-sim=yes --branch-sim=yes)"))?;
+        let i = events.iter().position(|e| *e == name).ok_or_else(|| {
+            anyhow!("cachegrind counted no {name} (run with --cache-sim=yes --branch-sim=yes)")
+        })?;
         summary
             .get(i)
             .copied()
@@ -166,7 +168,13 @@ pub fn per_request(idle: Counts, loaded: Counts, requests: u64) -> Result<PerReq
 }
 
 /// One gateway process under cachegrind serving `requests` requests of `shape` (0: none).
-fn run_once(gateway: &Path, shape: &Loaded, requests: u64, run: &RunArgs, scratch: &Path) -> Result<Counts> {
+fn run_once(
+    gateway: &Path,
+    shape: &Loaded,
+    requests: u64,
+    run: &RunArgs,
+    scratch: &Path,
+) -> Result<Counts> {
     let tag = format!("{}-{requests}", shape.shape.name);
     let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 1).context("starting the mock")?;
     let config = train::gateway_config(
@@ -205,7 +213,8 @@ fn run_once(gateway: &Path, shape: &Loaded, requests: u64, run: &RunArgs, scratc
     let log = scratch.join(format!("{tag}.gateway.log"));
     let (mut gw, addr) = train::start_gateway(&launch, &config_path, &log, &env)?;
     if requests > 0 {
-        let expect = Arc::new(Expect::for_payload(shape.dialect, &shape.body).map_err(|e| anyhow!("{e}"))?);
+        let expect =
+            Arc::new(Expect::for_payload(shape.dialect, &shape.body).map_err(|e| anyhow!("{e}"))?);
         let req = load::Request::post_json(&shape.shape.endpoint, shape.body.clone());
         let mut opts = load::Options::new(addr, run.connections, load::Stop::Total(requests));
         opts.record_latency = false;
@@ -235,7 +244,10 @@ pub fn measure(gateway: &Path, shape: &Loaded, run: &RunArgs) -> Result<Measurem
         bail!("instructions: --requests must be positive");
     }
     if !run.valgrind.is_absolute() {
-        bail!("instructions: --valgrind must be an absolute path, not {}", run.valgrind.display());
+        bail!(
+            "instructions: --valgrind must be an absolute path, not {}",
+            run.valgrind.display()
+        );
     }
     // Absolute: the gateway starts in the scratch directory.
     let gateway = &std::fs::canonicalize(gateway)
@@ -255,7 +267,13 @@ pub fn measure(gateway: &Path, shape: &Loaded, run: &RunArgs) -> Result<Measurem
         })
     })();
     let _ = std::fs::remove_dir_all(&scratch);
-    result.with_context(|| format!("instructions: {} on shape {}", gateway.display(), shape.shape.name))
+    result.with_context(|| {
+        format!(
+            "instructions: {} on shape {}",
+            gateway.display(),
+            shape.shape.name
+        )
+    })
 }
 
 /// The lines `bench/instructions-per-request` has always printed.
@@ -275,7 +293,9 @@ pub fn report_lines(m: &Measurement) -> String {
 pub fn spread_pct(values: &[f64]) -> f64 {
     let (min, max) = values
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
     let mean = values.iter().sum::<f64>() / values.len() as f64;
     if mean > 0.0 {
         (max - min) * 100.0 / mean
@@ -302,9 +322,14 @@ pub fn run(args: InstructionsArgs) -> Result<()> {
     }
     if all.len() > 1 {
         for (what, pick) in [
-            ("instructions", (|p: &PerRequest| p.instructions) as fn(&PerRequest) -> f64),
+            (
+                "instructions",
+                (|p: &PerRequest| p.instructions) as fn(&PerRequest) -> f64,
+            ),
             ("L1 instruction-cache misses", |p| p.i1_misses),
-            ("mispredicted conditional branches", |p| p.mispredicted_branches),
+            ("mispredicted conditional branches", |p| {
+                p.mispredicted_branches
+            }),
         ] {
             let v: Vec<f64> = all.iter().map(|m| pick(&m.per_request)).collect();
             println!(
@@ -335,7 +360,13 @@ pub fn gate(args: GateArgs) -> Result<()> {
     let board = all
         .iter()
         .find(|s| s.shape.name == args.board)
-        .ok_or_else(|| anyhow!("instructions gate: no board shape {:?} in {}", args.board, args.shapes.display()))?;
+        .ok_or_else(|| {
+            anyhow!(
+                "instructions gate: no board shape {:?} in {}",
+                args.board,
+                args.shapes.display()
+            )
+        })?;
     let mut figures = Vec::new();
     let mut failures = Vec::new();
     for shape in [holdout, board] {
@@ -401,17 +432,42 @@ mod tests {
     #[test]
     fn summary_columns_by_name() {
         let c = parse_cachegrind(OUT).unwrap();
-        assert_eq!(c, Counts { instructions: 1000, i1_misses: 50, mispredicted_branches: 20 });
-        assert!(parse_cachegrind("events: Ir\nsummary: 5\n").unwrap_err().to_string().contains("I1mr"));
+        assert_eq!(
+            c,
+            Counts {
+                instructions: 1000,
+                i1_misses: 50,
+                mispredicted_branches: 20
+            }
+        );
+        assert!(parse_cachegrind("events: Ir\nsummary: 5\n")
+            .unwrap_err()
+            .to_string()
+            .contains("I1mr"));
         assert!(parse_cachegrind("summary: 5\n").is_err());
     }
 
     #[test]
     fn idle_run_is_subtracted() {
-        let idle = Counts { instructions: 100, i1_misses: 10, mispredicted_branches: 1 };
-        let loaded = Counts { instructions: 2100, i1_misses: 410, mispredicted_branches: 41 };
+        let idle = Counts {
+            instructions: 100,
+            i1_misses: 10,
+            mispredicted_branches: 1,
+        };
+        let loaded = Counts {
+            instructions: 2100,
+            i1_misses: 410,
+            mispredicted_branches: 41,
+        };
         let p = per_request(idle, loaded, 4).unwrap();
-        assert_eq!(p, PerRequest { instructions: 500.0, i1_misses: 100.0, mispredicted_branches: 10.0 });
+        assert_eq!(
+            p,
+            PerRequest {
+                instructions: 500.0,
+                i1_misses: 100.0,
+                mispredicted_branches: 10.0
+            }
+        );
         assert!(per_request(loaded, idle, 4).is_err());
         assert!((spread_pct(&[99.0, 101.0]) - 2.0).abs() < 1e-9);
     }

@@ -20,7 +20,12 @@ use crate::profiles::{self, Kind, Profile};
 
 /// What the sources digest covers: the gateway crate and the workspace manifests, the same files
 /// in either provider's filtered source.
-pub const SOURCE_FILES: &[&str] = &["Cargo.toml", "Cargo.lock", "gateway/Cargo.toml", "gateway/src"];
+pub const SOURCE_FILES: &[&str] = &[
+    "Cargo.toml",
+    "Cargo.lock",
+    "gateway/Cargo.toml",
+    "gateway/src",
+];
 
 #[derive(clap::Args, Debug)]
 pub struct ProfileArgs {
@@ -206,8 +211,10 @@ fn all_entries(dir: &Path) -> Result<Vec<String>> {
 }
 
 fn read_json(path: &Path, what: &str) -> Result<Value> {
-    let data = std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))?;
-    serde_json::from_slice(&data).with_context(|| format!("the {what} {} is not JSON", path.display()))
+    let data =
+        std::fs::read(path).with_context(|| format!("reading the {what} {}", path.display()))?;
+    serde_json::from_slice(&data)
+        .with_context(|| format!("the {what} {} is not JSON", path.display()))
 }
 
 fn write_json(path: &Path, v: &Value) -> Result<()> {
@@ -220,7 +227,10 @@ fn write_manifest(a: &ManifestArgs) -> Result<()> {
     let training = read_json(&a.training, "training manifest")?;
     let versions = read_json(&a.versions, "toolchain versions")?;
     if training.get("profile_kind").and_then(Value::as_str) != Some(a.kind.name()) {
-        bail!("profile manifest: the training manifest is not of a {} training", a.kind.name());
+        bail!(
+            "profile manifest: the training manifest is not of a {} training",
+            a.kind.name()
+        );
     }
     let shapes: Vec<Value> = training["shapes"]
         .as_array()
@@ -285,11 +295,17 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
             a.system
         );
     }
-    let m = read_json(&manifest_path, "pinned profile manifest")
-        .map_err(|e| anyhow!("the pinned {kind} profile is corrupt: {e:#}; rewrite it with `{refresh}`"))?;
-    let corrupt = |why: String| anyhow!("the pinned {kind} profile is corrupt: {why}; rewrite it with `{refresh}`");
+    let m = read_json(&manifest_path, "pinned profile manifest").map_err(|e| {
+        anyhow!("the pinned {kind} profile is corrupt: {e:#}; rewrite it with `{refresh}`")
+    })?;
+    let corrupt = |why: String| {
+        anyhow!("the pinned {kind} profile is corrupt: {why}; rewrite it with `{refresh}`")
+    };
     if m.get("schema").and_then(Value::as_u64) != Some(1) || str_at(&m, &["kind"]) != Some(kind) {
-        return Err(corrupt(format!("{} is not a schema-1 {kind} manifest", manifest_path.display())));
+        return Err(corrupt(format!(
+            "{} is not a schema-1 {kind} manifest",
+            manifest_path.display()
+        )));
     }
     let file = a.dir.join(file_name(a.kind));
     let want = str_at(&m, &["sha256"]).unwrap_or("");
@@ -342,7 +358,11 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
     eprintln!(
         "pinned {kind} profile {} verified: sha256 {got}, {system}, {rustc}{}",
         file.display(),
-        if a.kind == Kind::Bolt { ", belongs to this PGO binary" } else { "" }
+        if a.kind == Kind::Bolt {
+            ", belongs to this PGO binary"
+        } else {
+            ""
+        }
     );
     Ok(m)
 }
@@ -353,7 +373,10 @@ fn check(a: &CheckArgs) -> Result<()> {
     let pinned = Profile::read(a.kind, &pinned_file)?;
     let fresh = Profile::read(a.kind, &a.fresh)?;
     let c = profiles::compare(&pinned, &fresh, 10);
-    eprint!("freshness check, pinned -> fresh: {}", profiles::describe(a.kind, &c, 10));
+    eprint!(
+        "freshness check, pinned -> fresh: {}",
+        profiles::describe(a.kind, &c, 10)
+    );
     let mut stale = Vec::new();
     if a.kind == Kind::Llvm && !c.changed.is_empty() {
         let names: Vec<&str> = c.changed.iter().take(5).map(String::as_str).collect();
@@ -404,7 +427,10 @@ fn pin(a: &PinArgs) -> Result<()> {
     let kind = match str_at(&m, &["kind"]) {
         Some("llvm") => Kind::Llvm,
         Some("bolt") => Kind::Bolt,
-        other => bail!("pin: {}/manifest.json names no profile kind ({other:?})", a.fresh.display()),
+        other => bail!(
+            "pin: {}/manifest.json names no profile kind ({other:?})",
+            a.fresh.display()
+        ),
     };
     let (system, provider) = (
         str_at(&m, &["system"]).unwrap_or("").to_string(),
@@ -424,11 +450,19 @@ fn pin(a: &PinArgs) -> Result<()> {
         let before = Profile::read(kind, &old)?;
         let after = Profile::read(kind, &fresh_file)?;
         let c = profiles::compare(&before, &after, 10);
-        println!("== {} profile {}: the fresh training against the pinned profile it replaces", kind.name(), dir.display());
+        println!(
+            "== {} profile {}: the fresh training against the pinned profile it replaces",
+            kind.name(),
+            dir.display()
+        );
         print!("{}", profiles::describe(kind, &c, 10));
         json!({ "sha256": sha256_file(&old)?, "overlap_pct": (c.overlap_pct * 1000.0).round() / 1000.0 })
     } else {
-        println!("== {} profile {}: no pinned profile before this one", kind.name(), dir.display());
+        println!(
+            "== {} profile {}: no pinned profile before this one",
+            kind.name(),
+            dir.display()
+        );
         json!({ "sha256": null, "overlap_pct": null })
     };
     m["previous"] = previous;
@@ -466,6 +500,117 @@ fn compare_cli(a: &CompareArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PROFILE: &str = "f\n# Func Hash:\n1\n# Num Counters:\n2\n# Counter Values:\n30\n10\n";
+
+    /// A pinned LLVM directory as `pin` writes it, and a versions.json of the same toolchain.
+    fn pinned_llvm(name: &str) -> (PathBuf, PathBuf) {
+        let d = std::env::temp_dir().join(format!("pinned-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("llvm")).unwrap();
+        std::fs::write(d.join("llvm/gateway.proftext"), PROFILE).unwrap();
+        let toolchain = json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "22.1.8", "llvm_bolt": "22.1.8" });
+        let manifest = json!({
+            "schema": 1, "kind": "llvm", "system": "x86_64-linux", "toolchain": toolchain,
+            "sha256": hex(&Sha256::digest(PROFILE.as_bytes())),
+        });
+        write_json(&d.join("llvm/manifest.json"), &manifest).unwrap();
+        write_json(&d.join("versions.json"), &toolchain).unwrap();
+        (d.join("llvm"), d.join("versions.json"))
+    }
+
+    fn verify_llvm(dir: &Path, versions: &Path) -> Result<Value> {
+        verify(&VerifyArgs {
+            kind: Kind::Llvm,
+            dir: dir.to_owned(),
+            versions: versions.to_owned(),
+            system: "x86_64-linux".into(),
+            pgo_binary: None,
+            refresh_command: "refresh-it".into(),
+        })
+    }
+
+    #[test]
+    fn verify_refuses_corrupt_and_foreign_profiles() {
+        let (dir, versions) = pinned_llvm("verify");
+        verify_llvm(&dir, &versions).unwrap();
+        let err = |dir: &Path| verify_llvm(dir, &versions).unwrap_err().to_string();
+        // Another toolchain.
+        write_json(
+            &versions,
+            &json!({ "rustc": "rustc 1.96.0 (y)", "llvm_profdata": "22.1.8" }),
+        )
+        .unwrap();
+        let e = err(&dir);
+        assert!(
+            e.contains("another toolchain") && e.contains("refresh-it"),
+            "{e}"
+        );
+        write_json(
+            &versions,
+            &json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "23.1.0" }),
+        )
+        .unwrap();
+        assert!(err(&dir).contains("another toolchain"));
+        write_json(
+            &versions,
+            &json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "22.1.2" }),
+        )
+        .unwrap();
+        verify_llvm(&dir, &versions).unwrap();
+        // Corrupt: one counter changed, then a file whose sha256 matches but does not parse.
+        std::fs::write(dir.join("gateway.proftext"), PROFILE.replace("30", "31")).unwrap();
+        let e = err(&dir);
+        assert!(
+            e.contains("is corrupt") && e.contains("its manifest records"),
+            "{e}"
+        );
+        let garbage = "not a profile\n";
+        std::fs::write(dir.join("gateway.proftext"), garbage).unwrap();
+        let mut m = read_json(&dir.join("manifest.json"), "m").unwrap();
+        m["sha256"] = json!(hex(&Sha256::digest(garbage.as_bytes())));
+        write_json(&dir.join("manifest.json"), &m).unwrap();
+        assert!(err(&dir).contains("is corrupt"));
+        // Missing.
+        assert!(err(&dir.join("nothing")).contains("no pinned llvm profile"));
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
+    fn check_writes_a_verdict_of_the_pinned_profile_only() {
+        let (dir, _) = pinned_llvm("check");
+        let fresh = dir.join("fresh.proftext");
+        let verdict = dir.join("verdict.json");
+        let run = |fresh_text: &str, min: f64| {
+            std::fs::write(&fresh, fresh_text).unwrap();
+            check(&CheckArgs {
+                kind: Kind::Llvm,
+                pinned: dir.clone(),
+                fresh: fresh.clone(),
+                min_overlap: min,
+                refresh_command: "refresh-it".into(),
+                verdict: verdict.clone(),
+            })
+        };
+        // Counts a little different: fresh, and the verdict does not depend on them.
+        run(&PROFILE.replace("\n10\n", "\n11\n"), 95.0).unwrap();
+        let first = std::fs::read(&verdict).unwrap();
+        run(&PROFILE.replace("\n10\n", "\n12\n"), 95.0).unwrap();
+        assert_eq!(first, std::fs::read(&verdict).unwrap());
+        // Too little overlap, or a changed hash: stale, naming the refresh command.
+        let e = run(&PROFILE.replace("\n30\n10\n", "\n1\n90\n"), 95.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is stale") && e.contains("overlaps") && e.contains("refresh-it"),
+            "{e}"
+        );
+        let e = run(&PROFILE.replace("Hash:\n1\n", "Hash:\n2\n"), 0.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("hash mismatch: f"), "{e}");
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
 
     #[test]
     fn tree_digest_is_sha256sum_of_sorted_listing() {

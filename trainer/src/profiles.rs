@@ -272,7 +272,10 @@ pub fn compare(base: &Profile, test: &Profile, top: usize) -> Comparison {
         })
         .collect();
     let by_size = |a: &Move, b: &Move| {
-        let (da, db) = ((a.test_pct - a.base_pct).abs(), (b.test_pct - b.base_pct).abs());
+        let (da, db) = (
+            (a.test_pct - a.base_pct).abs(),
+            (b.test_pct - b.base_pct).abs(),
+        );
         db.total_cmp(&da).then_with(|| a.function.cmp(&b.function))
     };
     for list in [&mut moves, &mut only_base, &mut only_test] {
@@ -319,7 +322,10 @@ pub fn describe(kind: Kind, c: &Comparison, top: usize) -> String {
             ));
         }
     };
-    list("largest moves (share of all counts, before -> after):\n", &c.moves);
+    list(
+        "largest moves (share of all counts, before -> after):\n",
+        &c.moves,
+    );
     list("with counts only before:\n", &c.only_base);
     list("with counts only after:\n", &c.only_test);
     if !c.changed.is_empty() {
@@ -352,16 +358,27 @@ mod tests {
     #[test]
     fn llvm_text_refuses_broken_records() {
         assert!(parse_llvm_text("f\n# Func Hash:\nx\n").is_err());
-        assert!(parse_llvm_text("f\n# Func Hash:\n1\n# Num Counters:\n3\n# Counter Values:\n1\n").is_err());
+        assert!(
+            parse_llvm_text("f\n# Func Hash:\n1\n# Num Counters:\n3\n# Counter Values:\n1\n")
+                .is_err()
+        );
         assert!(parse_llvm_text("# only a header\n").is_err());
         let twice = format!("{TEXT}f\n# Func Hash:\n7\n# Num Counters:\n0\n# Counter Values:\n\n");
-        assert!(parse_llvm_text(&twice).unwrap_err().to_string().contains("twice"));
+        assert!(parse_llvm_text(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
     }
 
     #[test]
     fn overlap_is_scale_free_and_drops_changed_functions() {
         let a = parse_llvm_text(TEXT).unwrap();
-        let doubled = parse_llvm_text(&TEXT.replace("\n30\n10\n", "\n60\n20\n").replace("\n60\n#", "\n120\n#")).unwrap();
+        let doubled = parse_llvm_text(
+            &TEXT
+                .replace("\n30\n10\n", "\n60\n20\n")
+                .replace("\n60\n#", "\n120\n#"),
+        )
+        .unwrap();
         let c = compare(&a, &doubled, 5);
         assert!((c.overlap_pct - 100.0).abs() < 1e-9, "{c:?}");
         assert!(c.changed.is_empty() && c.moves.is_empty());
@@ -379,7 +396,9 @@ mod tests {
         assert_eq!(p.functions.len(), 2);
         assert_eq!(p.functions["f"].total(), 40);
         assert_eq!(p.functions["g"].total(), 60);
-        let moved = parse_fdata("1 f 10 1 f 20 0 30\n1 f 10 1 g 0 1 40\n0 [unknown] 0 1 g 0 0 30\n").unwrap();
+        let moved =
+            parse_fdata("1 f 10 1 f 20 0 30\n1 f 10 1 g 0 1 40\n0 [unknown] 0 1 g 0 0 30\n")
+                .unwrap();
         let c = compare(&p, &moved, 5);
         // f: min(.3,.3) + min(.1,.4); g: min(.6,.3).
         assert!((c.overlap_pct - 70.0).abs() < 1e-9, "{c:?}");

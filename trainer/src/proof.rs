@@ -110,9 +110,15 @@ struct Pinned {
 
 fn pinned(dir: &Path, kind: Kind, check: &Path) -> Result<Pinned> {
     let what = kind.name();
-    let manifest = read_json(&dir.join("manifest.json"), &format!("pinned {what} manifest"))?;
+    let manifest = read_json(
+        &dir.join("manifest.json"),
+        &format!("pinned {what} manifest"),
+    )?;
     if manifest.get("kind").and_then(Value::as_str) != Some(what) {
-        bail!("proof: {}/manifest.json is not a {what} profile manifest", dir.display());
+        bail!(
+            "proof: {}/manifest.json is not a {what} profile manifest",
+            dir.display()
+        );
     }
     let sha256 = pinned::sha256_file(&dir.join(pinned::file_name(kind)))?;
     let verdict = read_json(check, &format!("{what} freshness verdict"))?;
@@ -313,7 +319,10 @@ pub fn verify(m: &Value) -> Result<()> {
     if !matches!(provenance, Some("pinned" | "fresh")) {
         bail!("profiles.provenance is {provenance:?}, not \"pinned\" or \"fresh\"");
     }
-    let is_sha = |v: Option<&Value>| v.and_then(|s| s.as_str()).is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+    let is_sha = |v: Option<&Value>| {
+        v.and_then(|s| s.as_str())
+            .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
     if !is_sha(profiles.get("built_from_source_sha256")) {
         bail!("profiles.built_from_source_sha256 is not a sha256 hex digest");
     }

@@ -385,12 +385,9 @@ pub(crate) fn start_gateway(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let child = cmd.spawn().with_context(|| {
-        format!(
-            "starting the gateway {}",
-            Path::new(program).display()
-        )
-    })?;
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting the gateway {}", Path::new(program).display()))?;
     let mut gw = Gateway {
         child: Some(child),
         log: log.to_owned(),

@@ -263,7 +263,10 @@ fn pinned_dir(d: &Path, kind: &str, holdout: &str) -> (PathBuf, PathBuf) {
     let dir = d.join(format!("pinned-{kind}"));
     std::fs::create_dir_all(&dir).unwrap();
     let (file, body) = if kind == "llvm" {
-        ("gateway.proftext", "f\n# Func Hash:\n1\n# Num Counters:\n1\n# Counter Values:\n5\n")
+        (
+            "gateway.proftext",
+            "f\n# Func Hash:\n1\n# Num Counters:\n1\n# Counter Values:\n5\n",
+        )
     } else {
         ("gateway.fdata", "1 main 0 1 main 4 0 7\n")
     };
@@ -308,7 +311,12 @@ fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
         r#"{"rustc":"rustc 1.95.0","rustc_llvm":"22.1.2","llvm_profdata":"22.1.8","llvm_bolt":"22.1.8","provider":"offline-debian"}"#,
     );
     std::fs::create_dir_all(d.join("src/gateway/src")).unwrap();
-    for f in ["Cargo.toml", "Cargo.lock", "gateway/Cargo.toml", "gateway/src/main.rs"] {
+    for f in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "gateway/Cargo.toml",
+        "gateway/src/main.rs",
+    ] {
         write(&d.join("src").join(f), f);
     }
     let p = |n: &Path| n.to_string_lossy().into_owned();
@@ -354,7 +362,10 @@ fn proof_is_written_and_verifies() {
     assert_eq!(m["schema"], 2);
     assert_eq!(m["holdout"], "h");
     assert_eq!(m["profiles"]["provenance"], "pinned");
-    assert_eq!(m["profiles"]["llvm"]["trained_on_source_sha256"], "b".repeat(64));
+    assert_eq!(
+        m["profiles"]["llvm"]["trained_on_source_sha256"],
+        "b".repeat(64)
+    );
     assert_eq!(m["profiles"]["llvm"]["same_source_as_build"], false);
     assert_eq!(m["profiles"]["llvm"]["overlap_with_previous_pct"], 99.5);
     assert_eq!(m["profiles"]["bolt"]["pgo_binary_sha256"], "c".repeat(64));
@@ -378,10 +389,17 @@ fn proof_is_written_and_verifies() {
     assert!(!d2.join("share/gateway/proof.json").exists());
     // A verdict that vouched for another profile.
     let args = proof_inputs(&d2, "h");
-    write(&d2.join("pinned-llvm/gateway.proftext"), "f\n# Func Hash:\n2\n# Num Counters:\n1\n# Counter Values:\n5\n");
+    write(
+        &d2.join("pinned-llvm/gateway.proftext"),
+        "f\n# Func Hash:\n2\n# Num Counters:\n1\n# Counter Values:\n5\n",
+    );
     let o = Command::new(TRAINER).args(&args).output().unwrap();
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("vouched for another profile"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("vouched for another profile"),
+        "{}",
+        stderr(&o)
+    );
     // A BOLT log without the function count line.
     let args = proof_inputs(&d2, "h");
     write(&d2.join("bolt.log"), "BOLT-INFO: something else\n");
