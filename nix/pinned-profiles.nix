@@ -1,8 +1,10 @@
-# The pinned profiles of one system and provider in the repository's profiles/ directory, each a
-# store path of its own (null where the repository has none): the LLVM profile is one per system
-# (every provider's rustc of the same version compiles the same IR), the BOLT profile one per
-# system and provider (it belongs to one PGO binary, and the providers link differently). As
-# separate store paths, refreshing the BOLT profile does not rebuild the PGO stage.
+# The pinned profiles of one system and provider in the repository's profiles/ directory,
+# profiles/<system>/<provider>/{llvm,bolt}, each a store path of its own (null where the
+# repository has none). A profile belongs to the binaries of one provider on one system: the BOLT
+# profile to one PGO binary, and the providers link differently; the LLVM profile to one
+# instrumented build, whose function names and hashes only the same cargo and rustc invocation
+# are sure to reproduce. As separate store paths, refreshing the BOLT profile does not rebuild the
+# PGO stage.
 {
   # The profiles/ directory (a path), or null.
   profiles,
@@ -23,6 +25,6 @@ let
       null;
 in
 {
-  llvm = pinned "${system}/llvm";
-  bolt = pinned "${system}/bolt-${provider}";
+  llvm = pinned "${system}/${provider}/llvm";
+  bolt = pinned "${system}/${provider}/bolt";
 }

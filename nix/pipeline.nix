@@ -1,9 +1,9 @@
 # The stage chain, written once as a function of a toolchain provider (nix/README.md):
 #
 #   gateway-instrumented -> gateway-training (check) ------------------------------.
-#   profiles/<system>/llvm -> gateway-profile -> gateway-pgo                        |
+#   profiles/<system>/<provider>/llvm -> gateway-profile -> gateway-pgo             |
 #     -> gateway-bolt-instrumented -> gateway-bolt-training (check) ---------------+
-#   profiles/<system>/bolt-<provider> + gateway-pgo -> gateway-bolt-profile         |
+#   profiles/<system>/<provider>/bolt + gateway-pgo -> gateway-bolt-profile         |
 #     -> gateway-pgo-bolt (bin/gateway + share/gateway/proof.json) <-----------------'
 #
 # The optimized stages consume the pinned profiles committed under profiles/; the training

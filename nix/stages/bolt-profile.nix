@@ -1,4 +1,4 @@
-# Stage 7: the pinned BOLT profile (profiles/<system>/bolt-<provider>, committed) checked before
+# Stage 7: the pinned BOLT profile (profiles/<system>/<provider>/bolt, committed) checked before
 # the optimization uses it: pinned-verify.nix refuses a profile whose file is not the one its
 # manifest names (corrupt), that was made with another toolchain, or that belongs to another PGO
 # binary than this build's (sha256 of bin/gateway), naming the refresh command. The fdata is
@@ -22,7 +22,7 @@ toolchain.runStage {
     import ./pinned-verify.nix {
       inherit toolchain pinned pgo versions trainer refreshCommand;
       kind = "bolt";
-      where = "${toolchain.system}/bolt-${toolchain.name}";
+      where = "${toolchain.system}/${toolchain.name}/bolt";
     }
     + (if pinned == null then "" else ''
       mkdir -p "$out"

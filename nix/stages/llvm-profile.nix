@@ -1,4 +1,4 @@
-# Stage 3: the pinned LLVM profile (profiles/<system>/llvm, committed) made ready for the PGO
+# Stage 3: the pinned LLVM profile (profiles/<system>/<provider>/llvm, committed) made ready for the PGO
 # build. pinned-verify.nix refuses a profile whose file is not the one its manifest names
 # (corrupt), that was trained for another system or with another rustc or LLVM major, naming the
 # refresh command; llvm-profdata then turns the text form into the indexed profile rustc reads
@@ -20,7 +20,7 @@ toolchain.runStage {
     import ./pinned-verify.nix {
       inherit toolchain pinned versions trainer refreshCommand;
       kind = "llvm";
-      where = "${toolchain.system}/llvm";
+      where = "${toolchain.system}/${toolchain.name}/llvm";
     }
     + (if pinned == null then "" else ''
       mkdir -p "$out"

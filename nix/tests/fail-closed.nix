@@ -143,6 +143,13 @@ in
     edit = ''sed -i 's/"rustc": "rustc [^"]*"/"rustc": "rustc 1.94.0 (4a4ef493e 2026-03-02)"/' manifest.json'';
   }).gateway-profile;
 
+  # The pinned LLVM profile was made by another provider's binaries.
+  pinned-llvm-profile-other-provider = (withEdited {
+    name = "llvm-other-provider";
+    kind = "llvm";
+    edit = ''sed -i 's/^  "provider": "[^"]*"/  "provider": "nixpkgs-fenix"/' manifest.json'';
+  }).gateway-profile;
+
   # The pinned BOLT profile's manifest names another llvm-bolt major.
   pinned-bolt-profile-other-toolchain = (withEdited {
     name = "bolt-other-toolchain";

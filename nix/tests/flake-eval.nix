@@ -344,8 +344,8 @@ let
       pgoBuild = head pgoBuilds;
 
       # The pinned profiles of this system in the repository (absent ones are null).
-      pinnedLlvm = ../../profiles + "/${system}/llvm";
-      pinnedBolt = ../../profiles + "/${system}/bolt-nixpkgs-fenix";
+      pinnedLlvm = ../../profiles + "/${system}/nixpkgs-fenix/llvm";
+      pinnedBolt = ../../profiles + "/${system}/nixpkgs-fenix/bolt";
 
       # Every stage script that runs a tool must name it by the provider's store path.
       scriptOf = d: d.args.script or "";
@@ -426,20 +426,21 @@ let
       ))
 
       # The stage chain: pinned profiles consumed, training stages as checks.
-      (check (s "gateway-profile reads profiles/${system}/llvm (by store path) and runs trainer profile verify") (
+      (check (s "gateway-profile reads profiles/${system}/nixpkgs-fenix/llvm (by store path) and runs trainer profile verify") (
         if builtins.pathExists pinnedLlvm then
           hasInfix (builtins.path { name = "pinned-profile"; path = pinnedLlvm; }) (scriptOf P.gateway-profile)
           && hasInfix "/bin/trainer profile verify" (scriptOf P.gateway-profile)
           && hasInfix "--kind llvm" (scriptOf P.gateway-profile)
           && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
         else
-          hasInfix "no pinned llvm profile at profiles/${system}/llvm" (scriptOf P.gateway-profile)
+          hasInfix "no pinned llvm profile at profiles/${system}/nixpkgs-fenix/llvm" (scriptOf P.gateway-profile)
+          && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-profile)
       ))
-      (check (s "gateway-bolt-profile: profiles/${system}/bolt-nixpkgs-fenix verified against gateway-pgo's binary, or fails naming the refresh app") (
+      (check (s "gateway-bolt-profile: profiles/${system}/nixpkgs-fenix/bolt verified against gateway-pgo's binary, or fails naming the refresh app") (
         if builtins.pathExists pinnedBolt then
           hasInfix "--pgo-binary ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile)
         else
-          hasInfix "no pinned bolt profile at profiles/${system}/bolt-nixpkgs-fenix" (scriptOf P.gateway-bolt-profile)
+          hasInfix "no pinned bolt profile at profiles/${system}/nixpkgs-fenix/bolt" (scriptOf P.gateway-bolt-profile)
           && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-bolt-profile)
       ))
       (check (s "gateway-pgo consumes a build with -Cprofile-use=<gateway-profile>/gateway.profdata that keeps its PGO diagnostics") (

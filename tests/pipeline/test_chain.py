@@ -45,6 +45,14 @@ def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
     assert proof["bolt"]["functions_with_profile"] > 0
     assert proof["holdout"] not in proof["pgo"]["shapes_trained"]
     assert proof["toolchain"]["rustc_llvm"].split(".")[0] == proof["toolchain"]["llvm_profdata"].split(".")[0]
+    # Provenance: the committed profiles, vouched for by this build's freshness checks.
+    profiles = proof["profiles"]
+    assert profiles["provenance"] == "pinned"
+    for kind in ["llvm", "bolt"]:
+        manifest = json.loads((ROOT / "profiles" / "x86_64-linux" / "offline-debian" / kind / "manifest.json").read_text())
+        assert profiles[kind]["sha256"] == manifest["sha256"], kind
+        assert profiles[kind]["trained_on_source_sha256"] == manifest["trained_on"]["source_sha256"]
+        assert profiles[kind]["freshness_check"] == "fresh"
     subprocess.run([str(trainer_bin), "verify-proof", str(proof_path)], check=True)
 
 

@@ -19,6 +19,7 @@ CASES = {
     "pinned-llvm-profile-corrupt": ("stage gateway-profile", "is corrupt", "its manifest records", REFRESH),
     "pinned-llvm-profile-unreadable": ("stage gateway-profile", "is corrupt", "is not a llvm profile", REFRESH),
     "pinned-llvm-profile-other-toolchain": ("stage gateway-profile", "another toolchain", "rustc 1.94.0", REFRESH),
+    "pinned-llvm-profile-other-provider": ("stage gateway-profile", 'provider "nixpkgs-fenix"', REFRESH),
     "pinned-bolt-profile-other-toolchain": ("stage gateway-bolt-profile", "another toolchain", "llvm_bolt 21.1.8", REFRESH),
     "pinned-bolt-profile-corrupt": ("stage gateway-bolt-profile", "is corrupt", REFRESH),
     "pinned-bolt-profile-of-another-binary": ("stage gateway-bolt-profile", "belongs to the PGO binary", REFRESH),

@@ -333,6 +333,15 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
     let rustc = str_at(&versions, &["rustc"]).unwrap_or("");
     let pinned_tool = str_at(&m, &["toolchain", tool]);
     let this_tool = str_at(&versions, &[tool]);
+    let (pinned_provider, provider) = (
+        str_at(&m, &["provider"]).unwrap_or(""),
+        str_at(&versions, &["provider"]).unwrap_or(""),
+    );
+    if pinned_provider != provider {
+        bail!(
+            "the pinned {kind} profile belongs to the binaries of provider {pinned_provider:?}, this build's provider is {provider:?}: create one for it with `{refresh}`"
+        );
+    }
     if pinned_rustc != rustc || major(pinned_tool) != major(this_tool) {
         bail!(
             "the pinned {kind} profile was trained with another toolchain ({pinned_rustc}, {tool} {}) than this build's ({rustc}, {tool} {}): refresh it with `{refresh}`",
@@ -413,13 +422,10 @@ fn check(a: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
-/// Where under profiles/ a profile of `kind` for `system` and `provider` is pinned (the same
-/// layout nix/pipeline.nix reads).
+/// Where under profiles/ a profile of `kind` for `system` and `provider` is pinned (the layout
+/// nix/pinned-profiles.nix reads).
 pub fn pinned_subdir(kind: Kind, system: &str, provider: &str) -> PathBuf {
-    match kind {
-        Kind::Llvm => Path::new(system).join("llvm"),
-        Kind::Bolt => Path::new(system).join(format!("bolt-{provider}")),
-    }
+    Path::new(system).join(provider).join(kind.name())
 }
 
 fn pin(a: &PinArgs) -> Result<()> {
@@ -509,9 +515,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(d.join("llvm")).unwrap();
         std::fs::write(d.join("llvm/gateway.proftext"), PROFILE).unwrap();
-        let toolchain = json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "22.1.8", "llvm_bolt": "22.1.8" });
+        let toolchain = json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "22.1.8", "llvm_bolt": "22.1.8", "provider": "p" });
         let manifest = json!({
-            "schema": 1, "kind": "llvm", "system": "x86_64-linux", "toolchain": toolchain,
+            "schema": 1, "kind": "llvm", "system": "x86_64-linux", "provider": "p", "toolchain": toolchain,
             "sha256": hex(&Sha256::digest(PROFILE.as_bytes())),
         });
         write_json(&d.join("llvm/manifest.json"), &manifest).unwrap();
@@ -535,28 +541,22 @@ mod tests {
         let (dir, versions) = pinned_llvm("verify");
         verify_llvm(&dir, &versions).unwrap();
         let err = |dir: &Path| verify_llvm(dir, &versions).unwrap_err().to_string();
-        // Another toolchain.
-        write_json(
-            &versions,
-            &json!({ "rustc": "rustc 1.96.0 (y)", "llvm_profdata": "22.1.8" }),
-        )
-        .unwrap();
+        let with = |rustc: &str, profdata: &str, provider: &str| {
+            let v = json!({ "rustc": rustc, "llvm_profdata": profdata, "provider": provider });
+            write_json(&versions, &v).unwrap();
+        };
+        // Another provider, another rustc, another LLVM major; another minor is fine.
+        with("rustc 1.95.0 (x)", "22.1.8", "q");
+        assert!(err(&dir).contains("provider \"p\""));
+        with("rustc 1.96.0 (y)", "22.1.8", "p");
         let e = err(&dir);
         assert!(
             e.contains("another toolchain") && e.contains("refresh-it"),
             "{e}"
         );
-        write_json(
-            &versions,
-            &json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "23.1.0" }),
-        )
-        .unwrap();
+        with("rustc 1.95.0 (x)", "23.1.0", "p");
         assert!(err(&dir).contains("another toolchain"));
-        write_json(
-            &versions,
-            &json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "22.1.2" }),
-        )
-        .unwrap();
+        with("rustc 1.95.0 (x)", "22.1.2", "p");
         verify_llvm(&dir, &versions).unwrap();
         // Corrupt: one counter changed, then a file whose sha256 matches but does not parse.
         std::fs::write(dir.join("gateway.proftext"), PROFILE.replace("30", "31")).unwrap();
