@@ -1,15 +1,9 @@
 {
   description = "LLM gateway: PGO- and BOLT-optimized release builds, trained inside the Nix sandbox";
 
-  # The project's binary cache. PLACEHOLDER: the URL and the key below are marked REPLACE-ME and
-  # must be replaced by the real cache (and its real public key) before anyone is asked to accept
-  # this configuration. The key is well-formed but its secret half was never kept.
-  nixConfig = {
-    extra-substituters = [ "https://llm-gateway-REPLACE-ME.cachix.org" ];
-    extra-trusted-public-keys = [
-      "llm-gateway-REPLACE-ME.cachix.org-1:3Vo635WrKEjqVb++RLC7fuTftfV3qGF6VaclG/UpW8A="
-    ];
-  };
+  # No binary cache is configured: the project has none yet. README.md ("Binary cache") says how
+  # to add one here (`nixConfig.extra-substituters` and `extra-trusted-public-keys`) once a cache
+  # and its signing key exist; every output rebuilds bit-identically, so a cache can be checked.
 
   inputs = {
     # Pinned in flake.lock to the revisions crane's own test/flake.lock is tested with (nixpkgs),
@@ -67,7 +61,15 @@
             path = ./shapes;
           };
 
-          pipeline = import ./nix/pipeline.nix { inherit toolchain shapes; };
+          pipeline = import ./nix/pipeline.nix {
+            inherit toolchain shapes;
+            pinned = import ./nix/pinned-profiles.nix {
+              profiles = ./profiles;
+              inherit system;
+              provider = toolchain.name;
+            };
+            refreshCommand = "nix run .#refresh-profiles";
+          };
 
           inherit (pipeline) gateway-pgo-bolt trainer;
 
@@ -163,7 +165,34 @@
                   touch "$out"
                 '';
               };
+            # The holdout gate every builder runs: instructions per request under cachegrind,
+            # plain vs released, holdout and board shapes (nix/stages/instructions-gate.nix).
+            holdout-instructions = pipeline.holdout-instructions;
           };
+
+          # `nix run .#refresh-profiles` at the root of a checkout: rewrites profiles/<system>/
+          # from fresh training runs (what nix/offline/refresh-profiles does offline). A flake sees
+          # only the files git tracks, so each new profile is `git add`ed before the next step's
+          # evaluation, whose PGO build must use it. Runs the user's `nix` and `git`.
+          refreshProfiles = pkgs.writeShellScript "refresh-profiles" ''
+            set -euo pipefail
+            if [ ! -f flake.nix ] || [ ! -d .git ]; then
+              echo "refresh-profiles: run it at the root of the gateway's git checkout" >&2
+              exit 1
+            fi
+            pipeline=".#legacyPackages.${system}.pipeline"
+            trainer=${trainer}/bin/trainer
+            echo "refresh-profiles: training the LLVM profile (gateway-profile-fresh)" >&2
+            fresh=$(nix build --no-link --print-out-paths "$pipeline.gateway-profile-fresh" "$@")
+            "$trainer" profile pin --fresh "$fresh" --profiles profiles
+            git add -- profiles
+            echo "refresh-profiles: training the BOLT profile (gateway-bolt-profile-fresh)" >&2
+            fresh=$(nix build --no-link --print-out-paths "$pipeline.gateway-bolt-profile-fresh" "$@")
+            "$trainer" profile pin --fresh "$fresh" --profiles profiles
+            git add -- profiles
+            git --no-pager diff --cached --stat -- profiles
+            echo "refresh-profiles: done (staged); nix build, then commit profiles/" >&2
+          '';
 
           # llvm-profdata lives in lib/rustlib/<triple>/bin of the llvm-tools component; put it on
           # PATH for the shell under its own name.
@@ -194,6 +223,11 @@
               type = "app";
               program = "${trainer}/bin/trainer";
               meta.description = "Mock upstream, training driver, proof and holdout tools";
+            };
+            refresh-profiles = {
+              type = "app";
+              program = "${refreshProfiles}";
+              meta.description = "Rewrite profiles/ from fresh training runs of this system";
             };
           };
           apps' = apps // {

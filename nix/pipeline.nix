@@ -1,21 +1,43 @@
 # The stage chain, written once as a function of a toolchain provider (nix/README.md):
 #
-#   gateway-instrumented -> gateway-training -> gateway-profile -> gateway-pgo
-#     -> gateway-bolt-instrumented -> gateway-bolt-training -> gateway-bolt-profile
-#     -> gateway-pgo-bolt (bin/gateway + share/gateway/proof.json)
+#   gateway-instrumented -> gateway-training (check) ------------------------------.
+#   profiles/<system>/<provider>/llvm -> gateway-profile -> gateway-pgo             |
+#     -> gateway-bolt-instrumented -> gateway-bolt-training (check) ---------------+
+#   profiles/<system>/<provider>/bolt + gateway-pgo -> gateway-bolt-profile         |
+#     -> gateway-pgo-bolt (bin/gateway + share/gateway/proof.json) <-----------------'
 #
-# Each stage is its own derivation, so each is cached, inspectable and rebuilt only when its
-# inputs change; a failing stage fails everything after it, and nothing falls back to a plain build.
+# The optimized stages consume the pinned profiles committed under profiles/; the training
+# checks train afresh and fail when the pinned profiles are stale. Every stage is its own
+# derivation and rebuilds bit-identically; a failing stage fails everything after it, and nothing
+# falls back to a plain build. gateway-profile-fresh and gateway-bolt-profile-fresh, used only by
+# the refresh command, keep fresh training runs.
 {
   toolchain,
   # The shapes directory (shape files and payloads); the holdout shape is never trained.
   shapes,
+  # The pinned profiles { llvm, bolt }: store paths of their directories, or null where there
+  # is none (nix/pinned-profiles.nix finds them in the repository's profiles/).
+  pinned,
+  # The command that rewrites profiles/ from fresh training runs; every stale-profile failure
+  # names it.
+  refreshCommand,
 }:
 let
   stages = import ./stages { inherit toolchain; };
 
   # Linker flag of the stages BOLT rewrites: `--emit-relocs` keeps the relocations it needs.
   emitRelocs = "-Clink-args=-Wl,--emit-relocs";
+
+  # Least overlap of a fresh training with the pinned profile, in percent, derived from training
+  # noise measured in the sandbox of this machine kind, idle and with both cores busy
+  # (nix/README.md, "Thresholds"): 12 fresh LLVM trainings overlapped the pinned profile by 99.43%
+  # at worst, 14 BOLT trainings by 98.33%; each threshold allows three times that shortfall.
+  llvmMinOverlap = 98.3;
+  boltMinOverlap = 95.0;
+
+  # Least reduction of instructions per request, released vs plain, in percent: 3 x the sum of
+  # the two binaries' largest measured run-to-run spread (0.82% each, nix/README.md).
+  minInstructionReduction = 5;
 in
 rec {
   inherit (toolchain) versions;
@@ -34,39 +56,80 @@ rec {
 
   gateway-instrumented = stages.instrumented { };
 
-  gateway-training = stages.training {
+  gateway-profile = stages.llvm-profile {
+    pinned = pinned.llvm;
+    inherit versions trainer refreshCommand;
+  };
+
+  gateway-training = stages.training-check {
     name = "gateway-training";
     kind = "llvm";
     gateway = gateway-instrumented;
-    inherit trainer shapes;
+    pinned = gateway-profile;
+    minOverlap = llvmMinOverlap;
+    inherit trainer shapes refreshCommand;
   };
 
-  gateway-profile = stages.profile { training = gateway-training; inherit versions; };
-
-  gateway-pgo = stages.pgo { profile = gateway-profile; inherit emitRelocs; };
+  gateway-pgo = stages.pgo {
+    profile = gateway-profile;
+    inherit emitRelocs refreshCommand;
+  };
 
   gateway-bolt-instrumented = stages.bolt-instrument {
     pgo = gateway-pgo;
     inherit versions;
   };
 
-  gateway-bolt-training = stages.training {
+  gateway-bolt-profile = stages.bolt-profile {
+    pinned = pinned.bolt;
+    pgo = gateway-pgo;
+    inherit versions trainer refreshCommand;
+  };
+
+  gateway-bolt-training = stages.training-check {
     name = "gateway-bolt-training";
     kind = "bolt";
     gateway = gateway-bolt-instrumented;
-    inherit trainer shapes;
+    pinned = gateway-bolt-profile;
+    minOverlap = boltMinOverlap;
+    inherit trainer shapes refreshCommand;
   };
-
-  gateway-bolt-profile = stages.bolt-profile { training = gateway-bolt-training; inherit versions; };
 
   gateway-pgo-bolt = stages.bolt-optimize {
     pgo = gateway-pgo;
     profile = gateway-profile;
     boltProfile = gateway-bolt-profile;
+    llvmCheck = gateway-training;
+    boltCheck = gateway-bolt-training;
     inherit trainer versions;
   };
 
-  # Not part of the artifact: the gate that the optimized build is no slower on held-out work.
+  # Fresh training runs for the refresh command; not part of the artifact.
+  gateway-profile-fresh = stages.fresh-profile {
+    name = "gateway-profile-fresh";
+    kind = "llvm";
+    gateway = gateway-instrumented;
+    inherit trainer shapes versions;
+  };
+
+  gateway-bolt-profile-fresh = stages.fresh-profile {
+    name = "gateway-bolt-profile-fresh";
+    kind = "bolt";
+    gateway = gateway-bolt-instrumented;
+    pgo = gateway-pgo;
+    inherit trainer shapes versions;
+  };
+
+  # Not part of the artifact: the gates that the optimized build is faster on held-out work.
+  # Instructions per request under cachegrind: deterministic, for every machine.
+  holdout-instructions = stages.instructions-gate {
+    plain = gateway;
+    optimized = gateway-pgo-bolt;
+    minReduction = minInstructionReduction;
+    inherit trainer shapes;
+  };
+
+  # Wall-clock bench: for benchmark builders only.
   holdout = stages.holdout {
     plain = gateway;
     optimized = gateway-pgo-bolt;
@@ -74,5 +137,6 @@ rec {
   };
 
   # The stage functions and their inputs, for compositions such as nix/tests/fail-closed.nix.
-  inherit stages toolchain shapes;
+  inherit stages toolchain shapes pinned refreshCommand;
+  thresholds = { inherit llvmMinOverlap boltMinOverlap minInstructionReduction; };
 }

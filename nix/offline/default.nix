@@ -7,6 +7,12 @@
   vendorDir,
   # Overrides of the provider's tool paths (attribute names of nix/toolchains/offline.nix).
   toolOverrides ? { },
+  # The cargo workspace source; null: the repository's, filtered as below (compositions such as
+  # nix/tests/fail-closed.nix pass a patched one).
+  src ? null,
+  # The pinned profiles { llvm, bolt } (store paths or null); null: the repository's profiles/
+  # (compositions pass broken ones).
+  pinned ? null,
 }:
 let
   root = ../..;
@@ -31,11 +37,21 @@ let
 
   toolchain = import ../toolchains/offline.nix ({
     inherit rustToolchain;
-    src = cargoSource;
+    src = if src == null then cargoSource else src;
     vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
   } // toolOverrides);
 in
 import ../pipeline.nix {
   inherit toolchain;
+  pinned =
+    if pinned != null then
+      pinned
+    else
+      import ../pinned-profiles.nix {
+        profiles = root + "/profiles";
+        inherit (toolchain) system;
+        provider = toolchain.name;
+      };
   shapes = builtins.path { name = "shapes"; path = root + "/shapes"; };
+  refreshCommand = "nix/offline/refresh-profiles";
 }

@@ -12,15 +12,15 @@ toolchain.runStage {
     [ -s ${versions}/versions.json ] || fail "no toolchain versions"
     runtime=${toolchain.tools.boltRuntimeLib}
     [ -f "$runtime" ] || fail "BOLT runtime library $runtime not found"
-    # BOLT bakes the fdata path into the binary. The build directory of this sandbox is the one
-    # the training stage's sandbox gets too, so the path is recorded for the trainer to use.
-    profile_dir="$NIX_BUILD_TOP/bolt-profile"
-    mkdir -p "$out/bin" "$out/share/gateway"
-    echo "$profile_dir" > "$out/share/gateway/profile-dir"
+    # BOLT bakes the fdata path into the binary. A relative one is opened in the working
+    # directory of the process at exit, which the trainer sets to the profile directory it
+    # chose: nothing here depends on this sandbox's build directory, so the binary trains
+    # anywhere (another sandbox-build-dir, no sandbox, substituted from a cache).
+    mkdir -p "$out/bin"
     ${toolchain.tools.llvmBolt} ${pgo}/bin/gateway -o "$out/bin/gateway" \
       -instrument \
       -runtime-instrumentation-lib="$runtime" \
-      -instrumentation-file="$profile_dir/gateway.fdata" \
+      -instrumentation-file=gateway.fdata \
       -instrumentation-file-append-pid \
       || fail "llvm-bolt -instrument failed"
   '';

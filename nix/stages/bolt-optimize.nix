@@ -1,14 +1,19 @@
-# Stage 8: the released artifact. llvm-bolt lays out the PGO build with the BOLT profile using the
-# layout flags BOLT's documentation recommends; the output must carry BOLT's note, and the proof
-# marker is written last, only after every check passed.
+# Stage 8: the released artifact. llvm-bolt lays out the PGO build with the pinned BOLT profile
+# using the layout flags BOLT's documentation recommends; the output must carry BOLT's note, and
+# the proof marker is written last, only after every check passed. It depends on both training
+# checks, so a stale pinned profile fails the artifact even though the PGO and BOLT stages never
+# wait for a training run.
 {
   toolchain,
   # Output of the PGO stage.
   pgo,
-  # Output of the profile stage (gateway.profdata, manifest.json of the LLVM training run).
+  # Output of the pinned LLVM profile stage (gateway.profdata, gateway.proftext, manifest.json).
   profile,
-  # Output of the BOLT profile stage (gateway.fdata, manifest.json of the BOLT training run).
+  # Output of the pinned BOLT profile stage (gateway.fdata, manifest.json).
   boltProfile,
+  # Outputs of the training checks (verdict.json each).
+  llvmCheck,
+  boltCheck,
   trainer,
   versions,
 }:
@@ -36,12 +41,13 @@ toolchain.runStage {
     ${toolchain.tools.readelf} -S -W "$out/bin/gateway" | grep -q '\.note\.bolt_info' \
       || fail "the output has no .note.bolt_info section: BOLT did not rewrite it"
     ${trainer}/bin/trainer proof \
-      --pgo-manifest ${profile}/manifest.json \
-      --profdata ${profile}/gateway.profdata \
-      --bolt-manifest ${boltProfile}/manifest.json \
-      --fdata ${boltProfile}/gateway.fdata \
+      --llvm-profile ${profile} \
+      --bolt-profile ${boltProfile} \
+      --llvm-check ${llvmCheck}/verdict.json \
+      --bolt-check ${boltCheck}/verdict.json \
       --bolt-log "$out/share/gateway/bolt.log" \
       --versions ${versions}/versions.json \
+      --source ${toolchain.src} \
       --out "$out/share/gateway/proof.json" \
       || fail "trainer proof refused to write the marker"
     ${trainer}/bin/trainer verify-proof "$out/share/gateway/proof.json" \

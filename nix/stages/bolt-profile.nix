@@ -1,21 +1,31 @@
-# Stage 7: merge the per-process fdata of the BOLT training run into one profile.
+# Stage 7: the pinned BOLT profile (profiles/<system>/<provider>/bolt, committed) checked before
+# the optimization uses it: pinned-verify.nix refuses a profile whose file is not the one its
+# manifest names (corrupt), that was made with another toolchain, or that belongs to another PGO
+# binary than this build's (sha256 of bin/gateway), naming the refresh command. The fdata is
+# copied unchanged: it is already canonical (sorted).
 {
   toolchain,
-  # Output of the BOLT training stage: *.fdata and manifest.json.
-  training,
+  # The pinned directory (gateway.fdata, manifest.json) as a store path, or null when the
+  # repository has none for this system and provider.
+  pinned,
+  # Output of the PGO stage: the binary the profile must belong to.
+  pgo,
   versions,
+  trainer,
+  # The command that refreshes the pinned profiles, named in every failure.
+  refreshCommand,
 }:
 toolchain.runStage {
   name = "gateway-bolt-profile";
-  script = ''
-    [ -s ${versions}/versions.json ] || fail "no toolchain versions"
-    shopt -s nullglob
-    fdata=(${training}/*.fdata*)
-    [ ''${#fdata[@]} -gt 0 ] || fail "no .fdata in ${training}: the BOLT training run produced no profile"
-    mkdir -p "$out"
-    ${toolchain.tools.mergeFdata} "''${fdata[@]}" -o "$out/gateway.fdata" \
-      || fail "merge-fdata failed"
-    [ -s "$out/gateway.fdata" ] || fail "merged fdata is empty"
-    cp ${training}/manifest.json "$out/manifest.json"
-  '';
+  # A missing pinned directory fails in the snippet; nothing after it may name the path.
+  script =
+    import ./pinned-verify.nix {
+      inherit toolchain pinned pgo versions trainer refreshCommand;
+      kind = "bolt";
+      where = "${toolchain.system}/${toolchain.name}/bolt";
+    }
+    + (if pinned == null then "" else ''
+      mkdir -p "$out"
+      cp ${pinned}/gateway.fdata ${pinned}/manifest.json "$out/"
+    '');
 }

@@ -5,11 +5,13 @@ let
 in
 {
   instrumented = stage ./instrumented.nix;
-  training = stage ./training.nix;
-  profile = stage ./profile.nix;
+  training-check = stage ./training-check.nix;
+  fresh-profile = stage ./fresh-profile.nix;
+  llvm-profile = stage ./llvm-profile.nix;
   pgo = stage ./pgo.nix;
   bolt-instrument = stage ./bolt-instrument.nix;
   bolt-profile = stage ./bolt-profile.nix;
   bolt-optimize = stage ./bolt-optimize.nix;
   holdout = stage ./holdout.nix;
+  instructions-gate = stage ./instructions-gate.nix;
 }

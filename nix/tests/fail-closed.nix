@@ -4,9 +4,34 @@
 args@{ rustToolchain, vendorDir, ... }:
 let
   chain = import ../offline/default.nix args;
-  inherit (chain) stages toolchain trainer shapes versions;
+  inherit (chain) stages toolchain trainer shapes versions refreshCommand;
 
   withTools = toolOverrides: import ../offline/default.nix (args // { inherit toolOverrides; });
+  withPinned = pinned: import ../offline/default.nix (args // { pinned = chain.pinned // pinned; });
+
+  # The chain with the real pinned directory of `kind` edited by `edit` (bash, run in a copy);
+  # `resum` records the edited file's sha256 in the manifest, so that only what the edit is about
+  # is wrong.
+  withEdited =
+    { name, kind, edit, resum ? true }:
+    let
+      file = if kind == "llvm" then "gateway.proftext" else "gateway.fdata";
+    in
+    withPinned {
+      ${kind} = toolchain.runStage {
+        name = "pinned-profile-${name}";
+        script = ''
+          cp -r ${chain.pinned.${kind}} "$out"
+          chmod -R u+w "$out"
+          cd "$out"
+          ${edit}
+          ${if resum then ''
+            sum=$(sha256sum ${file} | cut -d' ' -f1)
+            sed -i "s/^  \"sha256\": \"[0-9a-f]*\"/  \"sha256\": \"$sum\"/" manifest.json
+          '' else ""}
+        '';
+      };
+    };
 
   # A gateway that serves normally but exits 3 when told to stop, as a failed shutdown would.
   gatewayExitingNonZero = toolchain.runStage {
@@ -39,39 +64,64 @@ let
   selfAnsweringGateway = selfAnswering "gateway-self-answering" "";
   failingGateway = selfAnswering "gateway-answering-500" "FAKE_GATEWAY_STATUS=500";
 
-  # A training directory with a profraw that is not a profile.
-  corruptTraining = toolchain.runStage {
-    name = "gateway-training-corrupt";
+  # An instrumented gateway that also leaves a profraw that is not a profile.
+  gatewayWritingCorruptProfraw = toolchain.runStage {
+    name = "gateway-corrupt-profraw";
     script = ''
-      mkdir -p "$out"
-      head -c 4096 /dev/urandom > "$out/chat-minimal.corrupt.profraw"
-      echo '{}' > "$out/manifest.json"
+      mkdir -p "$out/bin"
+      cat > "$out/bin/gateway" <<'WRAPPER'
+      #!/bin/bash
+      "$(dirname "$0")/real-gateway" "$@" &
+      child=$!
+      trap 'kill -TERM $child; wait $child; status=$?
+            head -c 4096 /dev/urandom > "$(dirname "$LLVM_PROFILE_FILE")/corrupt-$$.profraw"
+            exit $status' TERM INT
+      wait $child
+      WRAPPER
+      cp ${chain.gateway-instrumented}/bin/gateway "$out/bin/real-gateway"
+      chmod +x "$out/bin/gateway"
+    '';
+  };
+
+  llvmCheckOf = gateway: stages.training-check {
+    name = "gateway-training";
+    kind = "llvm";
+    pinned = chain.gateway-profile;
+    minOverlap = chain.thresholds.llvmMinOverlap;
+    inherit gateway trainer shapes refreshCommand;
+  };
+
+  # The sources with one hot function of the gateway edited (the JSON depth check every request
+  # body goes through gets one more branch, behaviour unchanged): its control-flow hash changes,
+  # and the pinned profile has not been refreshed.
+  editedSource = toolchain.runStage {
+    name = "gateway-workspace-source-edited";
+    script = ''
+      cp -r ${toolchain.src} "$out"
+      chmod -R u+w "$out"
+      file=$(grep -rl 'fn check_depth(body: &\[u8\])' "$out/gateway/src") \
+        || fail "no check_depth in gateway/src: choose another hot function for this test"
+      sed -i -f ${builtins.toFile "check-depth-edit.sed" ''
+        /b']' | b'}' => depth = depth\.saturating_sub(1),/i\
+                    b'~' if depth == usize::MAX => return Ok(()),
+      ''} "$file"
+      grep -q "usize::MAX => return Ok" "$file" || fail "the edit of check_depth in $file did not apply"
     '';
   };
 in
 {
-  # Training a binary without instrumentation leaves no profraw: the training stage fails.
-  training-without-instrumentation = stages.training {
-    name = "gateway-training";
-    kind = "llvm";
-    gateway = chain.gateway;
-    inherit trainer shapes;
-  };
+  # Training a binary without instrumentation leaves no profraw: the training check fails.
+  training-without-instrumentation = llvmCheckOf chain.gateway;
 
-  # The gateway exits 3 instead of 0 on SIGTERM: the training stage fails.
-  training-gateway-exits-nonzero = stages.training {
-    name = "gateway-training";
-    kind = "llvm";
-    gateway = gatewayExitingNonZero;
-    inherit trainer shapes;
-  };
+  # The gateway exits 3 instead of 0 on SIGTERM: the training check fails.
+  training-gateway-exits-nonzero = llvmCheckOf gatewayExitingNonZero;
 
   # No redis-server for the shared-limits shape's store: the training stage fails at that shape.
   training-without-redis-server =
     (withTools { redisServer = "/nonexistent/redis-server"; }).gateway-training;
 
-  # Corrupt profraw: the profile stage's merge fails.
-  profile-from-corrupt-profraw = stages.profile { training = corruptTraining; inherit versions; };
+  # A corrupt profraw among the training's: the merge in the training check fails.
+  training-with-corrupt-profraw = llvmCheckOf gatewayWritingCorruptProfraw;
 
   # A batch the wall-clock holdout gate cannot believe (here: the optimized legs' requests fail):
   # the gate fails it instead of passing it, naming why. Needs `--option extra-system-features
@@ -94,4 +144,86 @@ in
   # An llvm-bolt older than 19 is refused by the toolchain check (LLVM 14's llc stands in for a
   # BOLT 14: the check reads only the version line every LLVM tool prints).
   bolt-too-old = (withTools { llvmBolt = "/usr/lib/llvm-14/bin/llc"; }).versions;
+
+  # No pinned profiles at all: the pinned LLVM profile stage fails, naming the refresh command.
+  pinned-profile-missing = (withPinned { llvm = null; bolt = null; }).gateway-profile;
+
+  # One byte of the pinned LLVM profile changed: its sha256 no longer matches its manifest.
+  pinned-llvm-profile-corrupt = (withEdited {
+    name = "llvm-corrupt";
+    kind = "llvm";
+    edit = "sed -i '0,/^[0-9][0-9]*$/s//7/' gateway.proftext";
+    resum = false;
+  }).gateway-profile;
+
+  # A pinned LLVM profile that is not a profile, its manifest's sha256 matching: unreadable.
+  pinned-llvm-profile-unreadable = (withEdited {
+    name = "llvm-unreadable";
+    kind = "llvm";
+    edit = "head -c 100000 gateway.proftext | tail -c 50000 > x && mv x gateway.proftext";
+  }).gateway-profile;
+
+  # The pinned LLVM profile's manifest names another rustc.
+  pinned-llvm-profile-other-toolchain = (withEdited {
+    name = "llvm-other-toolchain";
+    kind = "llvm";
+    edit = ''sed -i 's/"rustc": "rustc [^"]*"/"rustc": "rustc 1.94.0 (4a4ef493e 2026-03-02)"/' manifest.json'';
+  }).gateway-profile;
+
+  # The pinned LLVM profile was made by another provider's binaries.
+  pinned-llvm-profile-other-provider = (withEdited {
+    name = "llvm-other-provider";
+    kind = "llvm";
+    edit = ''sed -i 's/^  "provider": "[^"]*"/  "provider": "nixpkgs-fenix"/' manifest.json'';
+  }).gateway-profile;
+
+  # The pinned BOLT profile's manifest names another llvm-bolt major.
+  pinned-bolt-profile-other-toolchain = (withEdited {
+    name = "bolt-other-toolchain";
+    kind = "bolt";
+    edit = ''sed -i 's/"llvm_bolt": "[^"]*"/"llvm_bolt": "21.1.8"/' manifest.json'';
+  }).gateway-bolt-profile;
+
+  # A pinned BOLT profile cut short in the middle of a line: corrupt.
+  pinned-bolt-profile-corrupt = (withEdited {
+    name = "bolt-corrupt";
+    kind = "bolt";
+    edit = "head -c 100001 gateway.fdata > x && mv x gateway.fdata";
+  }).gateway-bolt-profile;
+
+  # A pinned BOLT profile of another PGO binary than this build's.
+  pinned-bolt-profile-of-another-binary = (withEdited {
+    name = "bolt-other-binary";
+    kind = "bolt";
+    edit = ''sed -i 's/"pgo_binary_sha256": "[0-9a-f]*"/"pgo_binary_sha256": "${builtins.hashString "sha256" "another binary"}"/' manifest.json'';
+  }).gateway-bolt-profile;
+
+  # A stale pinned LLVM profile of the same code: as if no body had been translated or parsed
+  # (every counter of the translate and serde_json functions zero; 84% overlap with a fresh
+  # training). Valid and of this toolchain; the training check's overlap fails, naming the
+  # refresh command.
+  stale-llvm-profile = (withEdited {
+    name = "llvm-stale";
+    kind = "llvm";
+    edit = ''
+      awk 'BEGIN { name = ""; left = 0 }
+           $0 == "# Func Hash:" { name = prev }
+           left > 0 { left--; if (name ~ /translate|serde_json/) { print 0; prev = $0; next } }
+           prev == "# Num Counters:" { n = $0 }
+           $0 == "# Counter Values:" { left = n }
+           { print; prev = $0 }' gateway.proftext > x && mv x gateway.proftext
+    '';
+  }).gateway-training;
+
+  # A stale pinned BOLT profile of this very PGO binary: the translate functions' branches gone.
+  stale-bolt-profile = (withEdited {
+    name = "bolt-stale";
+    kind = "bolt";
+    edit = "grep -v '^1 [^ ]*translate' gateway.fdata > x && mv x gateway.fdata";
+  }).gateway-bolt-training;
+
+  # A hot function of the gateway edited without refreshing the pinned profile: LLVM reports
+  # its hash mismatch while the PGO stage builds, and the stage fails naming the refresh command.
+  hot-function-edited-without-refresh =
+    (import ../offline/default.nix (args // { src = editedSource; })).gateway-pgo;
 }

@@ -132,6 +132,16 @@ let
             inherit text;
           };
         };
+      writeShellScript =
+        name: text:
+        fakeDrv {
+          kind = "writeShellScript";
+          inherit name system;
+          recorded = {
+            inherit text;
+          };
+        };
+      valgrind = pkg "valgrind";
       llvmPackages_22 = {
         bolt = pkg "bolt-22";
         llvm = pkg "llvm-22";
@@ -308,13 +318,16 @@ let
         "gateway"
         "trainer"
         "gateway-instrumented"
-        "gateway-training"
         "gateway-profile"
+        "gateway-training"
         "gateway-pgo"
         "gateway-bolt-instrumented"
-        "gateway-bolt-training"
         "gateway-bolt-profile"
+        "gateway-bolt-training"
         "gateway-pgo-bolt"
+        "gateway-profile-fresh"
+        "gateway-bolt-profile-fresh"
+        "holdout-instructions"
         "versions"
       ];
 
@@ -325,9 +338,14 @@ let
       ];
 
       # The hidden build inside the PGO stage: a dependency whose .drv carries -Cprofile-use of the
-      # merged profile.
+      # pinned profile, and that keeps LLVM's profile-use diagnostics.
       profileUse = "-Cprofile-use=${P.gateway-profile}/gateway.profdata";
       pgoBuilds = filter (p: hasInfix profileUse (readFile p)) (depsOf P.gateway-pgo);
+      pgoBuild = head pgoBuilds;
+
+      # The pinned profiles of this system in the repository (absent ones are null).
+      pinnedLlvm = ../../profiles + "/${system}/nixpkgs-fenix/llvm";
+      pinnedBolt = ../../profiles + "/${system}/nixpkgs-fenix/bolt";
 
       # Every stage script that runs a tool must name it by the provider's store path.
       scriptOf = d: d.args.script or "";
@@ -412,30 +430,88 @@ let
         ]
       ))
 
-      # The stage chain.
-      (check (s "gateway-training consumes gateway-instrumented and trainer") (
-        consumes P.gateway-training P.gateway-instrumented && consumes P.gateway-training P.trainer
+      # The stage chain: pinned profiles consumed, training stages as checks.
+      (check (s "gateway-profile reads profiles/${system}/nixpkgs-fenix/llvm (by store path) and runs trainer profile verify") (
+        if builtins.pathExists pinnedLlvm then
+          hasInfix (builtins.path { name = "pinned-profile"; path = pinnedLlvm; }) (scriptOf P.gateway-profile)
+          && hasInfix "/bin/trainer profile verify" (scriptOf P.gateway-profile)
+          && hasInfix "--kind llvm" (scriptOf P.gateway-profile)
+          && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
+        else
+          hasInfix "no pinned llvm profile at profiles/${system}/nixpkgs-fenix/llvm" (scriptOf P.gateway-profile)
+          && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-profile)
       ))
-      (check (s "gateway-profile consumes gateway-training") (consumes P.gateway-profile P.gateway-training))
-      (check (s "gateway-pgo consumes a build with -Cprofile-use=<gateway-profile>/gateway.profdata") (
+      (check (s "gateway-bolt-profile: profiles/${system}/nixpkgs-fenix/bolt verified against gateway-pgo's binary, or fails naming the refresh app") (
+        if builtins.pathExists pinnedBolt then
+          hasInfix "--pgo-binary ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile)
+        else
+          hasInfix "no pinned bolt profile at profiles/${system}/nixpkgs-fenix/bolt" (scriptOf P.gateway-bolt-profile)
+          && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-bolt-profile)
+      ))
+      (check (s "gateway-pgo consumes a build with -Cprofile-use=<gateway-profile>/gateway.profdata that keeps its PGO diagnostics") (
         length pgoBuilds == 1
+        && hasInfix "-pgo-warn-missing-function" (readFile pgoBuild)
+        && hasInfix "pgo-diagnostics.txt" (readFile pgoBuild)
+        && hasInfix "json-render-diagnostics" (readFile pgoBuild)
+        && hasInfix "hash mismatch" (scriptOf P.gateway-pgo)
+        && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-pgo)
       ))
-      (check (s "gateway-bolt-instrumented consumes gateway-pgo") (
+      (check (s "the PGO stage does not wait for a training run (gateway-pgo does not consume gateway-training)") (
+        !(consumes P.gateway-pgo P.gateway-training) && !(consumes P.gateway-pgo P.gateway-instrumented)
+      ))
+      (check (s "gateway-training: trains gateway-instrumented, checks against gateway-profile, names the refresh app") (
+        consumes P.gateway-training P.gateway-instrumented
+        && consumes P.gateway-training P.trainer
+        && consumes P.gateway-training P.gateway-profile
+        && hasInfix "/bin/trainer train" (scriptOf P.gateway-training)
+        && hasInfix "/bin/trainer profile check" (scriptOf P.gateway-training)
+        && hasInfix "--min-overlap" (scriptOf P.gateway-training)
+        && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-training)
+      ))
+      (check (s "gateway-bolt-instrumented consumes gateway-pgo; its fdata path is relative (no build directory baked in)") (
         consumes P.gateway-bolt-instrumented P.gateway-pgo
+        && hasInfix "-instrumentation-file=gateway.fdata" (scriptOf P.gateway-bolt-instrumented)
+        && !(hasInfix "NIX_BUILD_TOP" (scriptOf P.gateway-bolt-instrumented))
       ))
-      (check (s "gateway-bolt-training consumes gateway-bolt-instrumented and trainer") (
+      (check (s "gateway-bolt-training: trains gateway-bolt-instrumented, checks against gateway-bolt-profile") (
         consumes P.gateway-bolt-training P.gateway-bolt-instrumented
         && consumes P.gateway-bolt-training P.trainer
+        && consumes P.gateway-bolt-training P.gateway-bolt-profile
+        && hasInfix "/bin/trainer profile check" (scriptOf P.gateway-bolt-training)
+        && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
       ))
-      (check (s "gateway-bolt-profile consumes gateway-bolt-training") (
-        consumes P.gateway-bolt-profile P.gateway-bolt-training
-      ))
-      (check (s "gateway-pgo-bolt consumes gateway-pgo, the merged profile, the BOLT profile, trainer, versions") (
+      (check (s "gateway-pgo-bolt consumes gateway-pgo, both pinned profiles, both training checks, trainer, versions") (
         consumes P.gateway-pgo-bolt P.gateway-pgo
         && consumes P.gateway-pgo-bolt P.gateway-profile
         && consumes P.gateway-pgo-bolt P.gateway-bolt-profile
+        && consumes P.gateway-pgo-bolt P.gateway-training
+        && consumes P.gateway-pgo-bolt P.gateway-bolt-training
         && consumes P.gateway-pgo-bolt P.trainer
         && consumes P.gateway-pgo-bolt P.versions
+        && hasInfix "--llvm-check ${P.gateway-training}/verdict.json" (scriptOf P.gateway-pgo-bolt)
+      ))
+      (check (s "fresh profiles: gateway-profile-fresh trains gateway-instrumented, gateway-bolt-profile-fresh gateway-bolt-instrumented; neither is in the artifact") (
+        consumes P.gateway-profile-fresh P.gateway-instrumented
+        && consumes P.gateway-bolt-profile-fresh P.gateway-bolt-instrumented
+        && hasInfix "/bin/trainer profile manifest" (scriptOf P.gateway-profile-fresh)
+        && hasInfix "--pgo-binary ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile-fresh)
+        && !(consumes P.gateway-pgo-bolt P.gateway-profile-fresh)
+        && !(consumes P.gateway-pgo-bolt P.gateway-bolt-profile-fresh)
+        && !(elem "gateway-profile-fresh" (attrNames outputs.hydraJobs.packages.${system}))
+      ))
+      (check (s "apps.refresh-profiles builds both fresh profiles and pins them with trainer profile pin") (
+        let
+          app = outputs.apps.${system}.refresh-profiles;
+          drv = readFile (head (attrNames (getContext app.program)));
+        in
+        app.type == "app"
+        && all (t: hasInfix t drv) [
+          "legacyPackages.${system}.pipeline"
+          "gateway-profile-fresh"
+          "gateway-bolt-profile-fresh"
+          "profile pin --fresh"
+          "git add -- profiles"
+        ]
       ))
 
       # Tools by store path.
@@ -454,11 +530,12 @@ let
         && tools.mergeFdata == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/merge-fdata"
         && tools.boltRuntimeLib == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/lib/libbolt_rt_instr.a"
       ))
-      (check (s "stages run the tools by those paths (profdata, bolt + runtime, merge-fdata, redis-server)") (
-        hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
+      (check (s "stages run the tools by those paths (profdata in the training runs, bolt + runtime, merge-fdata, redis-server)") (
+        hasInfix tools.llvmProfdata (scriptOf P.gateway-training)
+        && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile-fresh)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-bolt-instrumented)
         && hasInfix tools.boltRuntimeLib (scriptOf P.gateway-bolt-instrumented)
-        && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-profile)
+        && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-pgo-bolt)
         && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-training)
         && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-training)
@@ -477,7 +554,7 @@ let
       ))
 
       # Checks.
-      (check (s "checks: tests clippy rustfmt proof holdout nixos-module") (
+      (check (s "checks: tests clippy rustfmt proof holdout nixos-module holdout-instructions") (
         all (n: hasAttr n checks) [
           "tests"
           "clippy"
@@ -485,7 +562,19 @@ let
           "proof"
           "holdout"
           "nixos-module"
+          "holdout-instructions"
         ]
+      ))
+      (check (s "checks.holdout-instructions: trainer instructions-gate, plain vs gateway-pgo-bolt, nixpkgs valgrind by store path, no system feature") (
+        let
+          h = checks.holdout-instructions;
+        in
+        hasInfix "/bin/trainer instructions-gate" (scriptOf h)
+        && hasInfix "--plain ${P.gateway}/bin/gateway" (scriptOf h)
+        && hasInfix "--optimized ${P.gateway-pgo-bolt}/bin/gateway" (scriptOf h)
+        && hasInfix "${fakeNixpkgs.legacyPackages.${system}.valgrind}/bin/valgrind" (scriptOf h)
+        && tools.valgrind == "${fakeNixpkgs.legacyPackages.${system}.valgrind}/bin/valgrind"
+        && !(h ? requiredSystemFeatures)
       ))
       (check (s "checks.nixos-module passes (nix/tests/nixos-module.nix under the fake module lib)") (
         (checks.nixos-module.failedChecks or "not run") == ""

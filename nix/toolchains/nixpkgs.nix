@@ -97,6 +97,7 @@ let
     boltRuntimeLib = "${bolt}/lib/libbolt_rt_instr.a";
     # The shared quota store of the `shared-limits` training shapes (and of the gateway's tests).
     redisServer = "${pkgs.redis}/bin/redis-server";
+    valgrind = "${pkgs.valgrind}/bin/valgrind";
   };
 
   prologue = import ./stage-prologue.nix;
@@ -135,11 +136,32 @@ let
       };
     };
 
+  pgoDiagnosticsOf = import ./pgo-diagnostics.nix;
+
+  # crane's build command (lib/buildPackage.nix at the pinned crane) with rustc's diagnostics,
+  # which `json-render-diagnostics` has cargo print to stderr, also kept in a file.
+  keepPgoDiagnostics = package: args: {
+    buildPhaseCargoCommand = ''
+      cargoBuildLog=$(mktemp cargoBuildLogXXXX.json)
+      { cargoWithProfile build --message-format json-render-diagnostics ${args.cargoExtraArgs} >"$cargoBuildLog"; } 2>&1 \
+        | tee "$NIX_BUILD_TOP/cargo-build.log"
+      status=''${PIPESTATUS[0]}
+      [ "$status" -eq 0 ] || exit "$status"
+    '';
+    postInstall = ''
+      mkdir -p "$out/share/${package}"
+      ${pgoDiagnosticsOf ''"$NIX_BUILD_TOP/cargo-build.log"'' ''"$out/share/${package}/pgo-diagnostics.txt"''}
+    '';
+  };
+
   buildPackage =
     {
       pname,
       package,
       rustflags,
+      # Keep LLVM's profile-use warnings of the package's crate in
+      # share/<package>/pgo-diagnostics.txt (nix/README.md, provider interface).
+      pgoDiagnostics ? false,
     }:
     let
       args = cargoArgs { inherit pname package rustflags; };
@@ -162,6 +184,7 @@ let
     in
     craneLib.buildPackage (
       args
+      // (if pgoDiagnostics then keepPgoDiagnostics package args else { })
       // {
         cargoArtifacts = deps;
         passthru = {
@@ -213,6 +236,8 @@ let
 in
 {
   name = "nixpkgs-fenix";
+  # The cargo workspace source every build compiles.
+  src = cargoSrc;
   inherit
     system
     target

@@ -20,6 +20,8 @@
   boltRuntimeLib ? "/usr/lib/llvm-22/lib/libbolt_rt_instr.a",
   # Debian's Redis: the shared quota store of the `shared-limits` training shapes.
   redisServer ? "/usr/bin/redis-server",
+  # Debian's valgrind, for the instruction-count gate.
+  valgrind ? "/usr/bin/valgrind",
   system ? "x86_64-linux",
   target ? "x86_64-unknown-linux-gnu",
 }:
@@ -45,8 +47,15 @@ let
       PATH = hostPath;
     });
 
+  pgoDiagnosticsOf = import ./pgo-diagnostics.nix;
+
   buildPackage =
-    { pname, package, rustflags }:
+    {
+      pname,
+      package,
+      rustflags,
+      pgoDiagnostics ? false,
+    }:
     runStage {
       name = pname;
       env = { RUSTFLAGS_STAGE = rustflags; };
@@ -66,14 +75,22 @@ let
         # Panic locations name source files; remapped, the binary references no build input.
         export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${vendor}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
         echo "stage $stage: cargo build -p ${package} --target ${target} RUSTFLAGS='$RUSTFLAGS'"
+      '' + (if pgoDiagnostics then ''
+        cargo build --release --offline --locked --target ${target} -p ${package} 2>&1 \
+          | tee "$TMPDIR/cargo-build.log" \
+          || fail "cargo build of ${package} failed"
+        mkdir -p "$out/bin" "$out/share/${package}"
+        ${pgoDiagnosticsOf "$TMPDIR/cargo-build.log" "$out/share/${package}/pgo-diagnostics.txt"}
+      '' else ''
         cargo build --release --offline --locked --target ${target} -p ${package} \
           || fail "cargo build of ${package} failed"
         mkdir -p "$out/bin"
+      '') + ''
         cp "target/${target}/release/${package}" "$out/bin/${package}"
       '';
     };
 
-  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf boltRuntimeLib redisServer; };
+  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf boltRuntimeLib redisServer valgrind; };
 
   # Read each tool's own version and refuse a mismatch before any stage uses it.
   versions = runStage {
@@ -89,5 +106,5 @@ let
 in
 {
   name = "offline-debian";
-  inherit system target runStage buildPackage tools versions;
+  inherit system target src runStage buildPackage tools versions;
 }

@@ -8,6 +8,8 @@ import subprocess
 import time
 import urllib.request
 
+import pytest
+
 from nixchain import ROOT, offline_build
 
 STAGES = [
@@ -43,6 +45,14 @@ def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
     assert proof["bolt"]["functions_with_profile"] > 0
     assert proof["holdout"] not in proof["pgo"]["shapes_trained"]
     assert proof["toolchain"]["rustc_llvm"].split(".")[0] == proof["toolchain"]["llvm_profdata"].split(".")[0]
+    # Provenance: the committed profiles, vouched for by this build's freshness checks.
+    profiles = proof["profiles"]
+    assert profiles["provenance"] == "pinned"
+    for kind in ["llvm", "bolt"]:
+        manifest = json.loads((ROOT / "profiles" / "x86_64-linux" / "offline-debian" / kind / "manifest.json").read_text())
+        assert profiles[kind]["sha256"] == manifest["sha256"], kind
+        assert profiles[kind]["trained_on_source_sha256"] == manifest["trained_on"]["source_sha256"]
+        assert profiles[kind]["freshness_check"] == "fresh"
     subprocess.run([str(trainer_bin), "verify-proof", str(proof_path)], check=True)
 
 
@@ -121,3 +131,34 @@ def test_artifact_references_no_build_input(pgo_bolt):
     refs = subprocess.run(["nix-store", "--query", "--references", str(pgo_bolt)],
                           check=True, capture_output=True, text=True).stdout.split()
     assert refs in ([], [str(pgo_bolt)]), refs
+
+
+@pytest.mark.parametrize("where", [
+    ["--option", "sandbox-build-dir", "/gateway-build-elsewhere"],
+    ["--option", "sandbox", "false"],
+], ids=["other-sandbox-build-dir", "no-sandbox"])
+def test_bolt_training_runs_in_any_build_directory(pgo_bolt, where):
+    """Issue 15 item 4: the BOLT-instrumented binary's profile path depends on no build directory.
+    `--check` trains it again in another one (and compares the verdict with the first build's)."""
+    proc = offline_build("gateway-bolt-training", "--no-out-link", "--check", *where, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    trained_in = [line for line in proc.stdout.splitlines() if "stage gateway-bolt-training: training in" in line]
+    assert trained_in and "/build " not in trained_in[0] + " ", proc.stdout[-4000:]
+    assert "freshness check passed" in proc.stdout
+
+
+def test_instruction_gate_passes_with_a_deterministic_verdict(pgo_bolt):
+    """The holdout gate that cannot be noisy: instructions per request under cachegrind, plain vs
+    released, on the holdout and board shapes; the figures are in the build log, the output is the
+    verdict alone."""
+    out = pathlib.Path(offline_build("holdout-instructions", "--no-out-link").stdout.strip().splitlines()[-1])
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "passed", verdict
+    assert "chat-minimal" in verdict["shapes"] and len(verdict["shapes"]) == 2, verdict
+    assert verdict["min_reduction_pct"] > 0
+    drv = subprocess.run(["nix-store", "--query", "--deriver", str(out)],
+                         check=True, capture_output=True, text=True).stdout.strip()
+    log = subprocess.run(["nix-store", "--read-log", drv], check=True, capture_output=True, text=True).stdout
+    figures = [line for line in log.splitlines() if line.startswith("instructions gate, shape ")]
+    assert len(figures) == 2, log[-3000:]
+    print("\n".join(figures))

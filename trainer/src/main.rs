@@ -1,13 +1,17 @@
 //! `trainer`: everything that drives the gateway from outside — the mock upstream, the PGO/BOLT
-//! training run, the proof marker, the A/B bench and the holdout gate.
+//! training run, the pinned profiles' manifests and freshness checks, the proof marker, the A/B
+//! bench, the cachegrind instruction counts and the holdout gates.
 
 mod bench;
 mod check;
 mod coverage;
 mod fake_gateway;
 mod holdout;
+mod instructions;
 mod load;
 mod mock;
+mod pinned;
+mod profiles;
 mod proof;
 mod redis;
 mod shapes;
@@ -45,6 +49,13 @@ enum Command {
     Coverage(coverage::CoverageArgs),
     /// How much of the gateway crate a merged profile (text form) reached.
     ProfileCoverage(coverage::ProfileCoverageArgs),
+    /// Instructions, I1 misses and mispredicted branches per request of a shape (cachegrind).
+    Instructions(instructions::InstructionsArgs),
+    /// Fail unless the optimized binary executes fewer instructions per request than plain on
+    /// the holdout and board shapes (cachegrind; deterministic verdict).
+    InstructionsGate(instructions::GateArgs),
+    /// Pinned profiles: manifest, verify, freshness check, compare.
+    Profile(pinned::ProfileArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -59,5 +70,8 @@ fn main() -> anyhow::Result<()> {
         Command::Holdout(args) => holdout::run(args),
         Command::Coverage(args) => coverage::run(args),
         Command::ProfileCoverage(args) => coverage::profile_run(args),
+        Command::Instructions(args) => instructions::run(args),
+        Command::InstructionsGate(args) => instructions::gate(args),
+        Command::Profile(args) => pinned::run(args),
     }
 }

@@ -1,32 +1,40 @@
 //! The proof marker (`share/gateway/proof.json`, `docs/contracts.md`): `trainer proof` writes it
-//! from the two training manifests, the merged profiles, BOLT's log and the toolchain versions,
-//! refusing when anything is missing, empty or inconsistent; `trainer verify-proof` checks one.
+//! from the pinned profiles and their manifests, the verdicts of the freshness checks that vouched
+//! for them, BOLT's log, the toolchain versions and the sources built, refusing when anything is
+//! missing, empty or inconsistent; `trainer verify-proof` checks one.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
+use crate::pinned;
+use crate::profiles::Kind;
+
 #[derive(clap::Args, Debug)]
 pub struct ProofArgs {
-    /// manifest.json of the LLVM (PGO) training run.
+    /// Output of the pinned LLVM profile stage: gateway.profdata (what the PGO build read),
+    /// gateway.proftext and its manifest.json.
     #[arg(long)]
-    pub pgo_manifest: PathBuf,
-    /// The merged profdata.
+    pub llvm_profile: PathBuf,
+    /// Output of the pinned BOLT profile stage: gateway.fdata and its manifest.json.
     #[arg(long)]
-    pub profdata: PathBuf,
-    /// manifest.json of the BOLT training run.
+    pub bolt_profile: PathBuf,
+    /// verdict.json of the LLVM training check.
     #[arg(long)]
-    pub bolt_manifest: PathBuf,
-    /// The merged fdata.
+    pub llvm_check: PathBuf,
+    /// verdict.json of the BOLT training check.
     #[arg(long)]
-    pub fdata: PathBuf,
+    pub bolt_check: PathBuf,
     /// Output of `llvm-bolt -data=...` (its BOLT-INFO lines).
     #[arg(long)]
     pub bolt_log: PathBuf,
     /// versions.json of the toolchain check.
     #[arg(long)]
     pub versions: PathBuf,
+    /// The cargo workspace source this artifact was built from.
+    #[arg(long)]
+    pub source: PathBuf,
     /// Where to write the marker.
     #[arg(long)]
     pub out: PathBuf,
@@ -60,17 +68,17 @@ fn count(v: &Value, key: &str, what: &str) -> Result<u64> {
     Ok(n)
 }
 
-fn shape_names(v: &Value, what: &str) -> Result<Vec<String>> {
+/// The trained shapes of a pinned manifest's training section (a list of names).
+fn names(v: &Value, what: &str) -> Result<Vec<String>> {
     let names: Vec<String> = v
         .get("shapes")
         .and_then(|s| s.as_array())
         .ok_or_else(|| anyhow!("proof: the {what} lists no shapes"))?
         .iter()
         .map(|s| {
-            s.get("name")
-                .and_then(|n| n.as_str())
+            s.as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| anyhow!("proof: a shape of the {what} has no name"))
+                .ok_or_else(|| anyhow!("proof: a shape of the {what} is not a name"))
         })
         .collect::<Result<_>>()?;
     if names.is_empty() {
@@ -97,52 +105,85 @@ pub fn bolt_function_counts(log: &str) -> Option<(u64, u64)> {
     None
 }
 
-fn file_len(path: &Path, what: &str) -> Result<u64> {
-    let len = std::fs::metadata(path)
-        .with_context(|| format!("proof: the {what} {} is missing", path.display()))?
-        .len();
-    if len == 0 {
-        bail!("proof: the {what} {} is empty", path.display());
+/// A pinned profile's manifest, with the verdict of the check that vouched for it.
+struct Pinned {
+    manifest: Value,
+    sha256: String,
+    verdict: Value,
+}
+
+fn pinned(dir: &Path, kind: Kind, check: &Path) -> Result<Pinned> {
+    let what = kind.name();
+    let manifest = read_json(
+        &dir.join("manifest.json"),
+        &format!("pinned {what} manifest"),
+    )?;
+    if manifest.get("kind").and_then(Value::as_str) != Some(what) {
+        bail!(
+            "proof: {}/manifest.json is not a {what} profile manifest",
+            dir.display()
+        );
     }
-    Ok(len)
+    let sha256 = pinned::sha256_file(&dir.join(pinned::file_name(kind)))?;
+    let verdict = read_json(check, &format!("{what} freshness verdict"))?;
+    if verdict.get("verdict").and_then(Value::as_str) != Some("fresh") {
+        bail!("proof: the {what} freshness check did not pass");
+    }
+    if verdict.get("pinned_sha256").and_then(Value::as_str) != Some(sha256.as_str()) {
+        bail!("proof: the {what} freshness check vouched for another profile than the pinned {sha256}");
+    }
+    Ok(Pinned {
+        manifest,
+        sha256,
+        verdict,
+    })
+}
+
+/// The provenance section of one profile.
+fn provenance(p: &Pinned, built_from: &str) -> Value {
+    let m = &p.manifest;
+    let trained_on = m["trained_on"]["source_sha256"].clone();
+    let mut v = json!({
+        "sha256": p.sha256,
+        "trained_on_source_sha256": trained_on,
+        "same_source_as_build": trained_on.as_str() == Some(built_from),
+        "previous_sha256": m["previous"]["sha256"].clone(),
+        "overlap_with_previous_pct": m["previous"]["overlap_pct"].clone(),
+        "freshness_check": p.verdict["verdict"].clone(),
+        "min_overlap_pct": p.verdict["min_overlap_pct"].clone(),
+    });
+    if let Some(sha) = m["trained_on"].get("pgo_binary_sha256") {
+        v["pgo_binary_sha256"] = sha.clone();
+    }
+    v
 }
 
 /// Build the marker (without writing it).
 pub fn build(args: &ProofArgs) -> Result<Value> {
-    let pgo = read_json(&args.pgo_manifest, "PGO training manifest")?;
-    let bolt = read_json(&args.bolt_manifest, "BOLT training manifest")?;
-    for (m, kind, what) in [(&pgo, "llvm", "PGO"), (&bolt, "bolt", "BOLT")] {
-        let got = m.get("profile_kind").and_then(|k| k.as_str());
-        if got != Some(kind) {
-            bail!(
-                "proof: the {what} training manifest has profile_kind {got:?}, expected {kind:?}"
-            );
-        }
-    }
+    let llvm = pinned(&args.llvm_profile, Kind::Llvm, &args.llvm_check)?;
+    let bolt = pinned(&args.bolt_profile, Kind::Bolt, &args.bolt_check)?;
+    let (pgo, boltm) = (&llvm.manifest["training"], &bolt.manifest["training"]);
     let holdout = pgo
         .get("holdout")
         .and_then(|h| h.as_str())
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| anyhow!("proof: the PGO training manifest names no holdout"))?
+        .ok_or_else(|| anyhow!("proof: the pinned LLVM profile's manifest names no holdout"))?
         .to_owned();
-    if bolt.get("holdout").and_then(|h| h.as_str()) != Some(holdout.as_str()) {
-        bail!("proof: the BOLT training manifest names a different holdout than the PGO one");
+    if boltm.get("holdout").and_then(|h| h.as_str()) != Some(holdout.as_str()) {
+        bail!("proof: the BOLT profile's manifest names a different holdout than the LLVM one");
     }
-    let pgo_shapes = shape_names(&pgo, "PGO training manifest")?;
-    let bolt_shapes = shape_names(&bolt, "BOLT training manifest")?;
+    let pgo_shapes = names(pgo, "LLVM profile manifest")?;
+    let bolt_shapes = names(boltm, "BOLT profile manifest")?;
     if pgo_shapes.contains(&holdout) || bolt_shapes.contains(&holdout) {
         bail!("proof: the holdout shape {holdout} was trained");
     }
-    let profdata = std::fs::read(&args.profdata)
-        .with_context(|| format!("proof: reading the profdata {}", args.profdata.display()))?;
+    let profdata_path = args.llvm_profile.join("gateway.profdata");
+    let profdata = std::fs::read(&profdata_path)
+        .with_context(|| format!("proof: reading the profdata {}", profdata_path.display()))?;
     if profdata.is_empty() {
-        bail!("proof: the profdata {} is empty", args.profdata.display());
+        bail!("proof: the profdata {} is empty", profdata_path.display());
     }
-    let sha: String = Sha256::digest(&profdata)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    file_len(&args.fdata, "merged fdata")?;
+    let sha = pinned::hex(&Sha256::digest(&profdata));
     let log = std::fs::read_to_string(&args.bolt_log)
         .with_context(|| format!("proof: reading the BOLT log {}", args.bolt_log.display()))?;
     let (with_profile, total) = bolt_function_counts(&log).ok_or_else(|| {
@@ -158,25 +199,33 @@ pub fn build(args: &ProofArgs) -> Result<Value> {
     if !versions.is_object() || versions.get("rustc").and_then(|r| r.as_str()).is_none() {
         bail!("proof: the toolchain versions lack \"rustc\"");
     }
+    let built_from = pinned::tree_digest(&args.source, pinned::SOURCE_FILES)
+        .context("proof: digest of the sources built")?;
     let marker = json!({
-        "schema": 1,
+        "schema": 2,
         "pgo": {
-            "profraw_files": count(&pgo, "profile_files", "PGO training manifest")?,
-            "profraw_bytes": count(&pgo, "profile_bytes", "PGO training manifest")?,
+            "profraw_files": count(pgo, "profile_files", "LLVM profile manifest")?,
+            "profraw_bytes": count(pgo, "profile_bytes", "LLVM profile manifest")?,
             "profdata_bytes": profdata.len() as u64,
             "profdata_sha256": sha,
             "shapes_trained": pgo_shapes,
-            "requests_checked": count(&pgo, "requests_checked", "PGO training manifest")?,
+            "requests_checked": count(pgo, "requests_checked", "LLVM profile manifest")?,
         },
         "bolt": {
-            "fdata_files": count(&bolt, "profile_files", "BOLT training manifest")?,
-            "fdata_bytes": count(&bolt, "profile_bytes", "BOLT training manifest")?,
+            "fdata_files": count(boltm, "profile_files", "BOLT profile manifest")?,
+            "fdata_bytes": count(boltm, "profile_bytes", "BOLT profile manifest")?,
             "functions_with_profile": with_profile,
             "functions_total": total,
             "shapes_trained": bolt_shapes,
         },
         "holdout": holdout,
         "toolchain": versions,
+        "profiles": {
+            "provenance": "pinned",
+            "built_from_source_sha256": built_from,
+            "llvm": provenance(&llvm, &built_from),
+            "bolt": provenance(&bolt, &built_from),
+        },
     });
     verify(&marker)?;
     Ok(marker)
@@ -197,8 +246,8 @@ pub fn run(args: ProofArgs) -> Result<()> {
 
 /// Check a marker's content.
 pub fn verify(m: &Value) -> Result<()> {
-    if m.get("schema").and_then(|s| s.as_u64()) != Some(1) {
-        bail!("schema is not 1");
+    if m.get("schema").and_then(|s| s.as_u64()) != Some(2) {
+        bail!("schema is not 2");
     }
     let section = |k: &str| {
         m.get(k)
@@ -267,6 +316,32 @@ pub fn verify(m: &Value) -> Result<()> {
         }
         if shapes.iter().any(|s| s.as_str().is_none_or(str::is_empty)) {
             bail!("{name}.shapes_trained has a non-name");
+        }
+    }
+    let profiles = section("profiles")?;
+    let provenance = profiles.get("provenance").and_then(|p| p.as_str());
+    if !matches!(provenance, Some("pinned" | "fresh")) {
+        bail!("profiles.provenance is {provenance:?}, not \"pinned\" or \"fresh\"");
+    }
+    let is_sha = |v: Option<&Value>| {
+        v.and_then(|s| s.as_str())
+            .is_some_and(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    if !is_sha(profiles.get("built_from_source_sha256")) {
+        bail!("profiles.built_from_source_sha256 is not a sha256 hex digest");
+    }
+    for kind in ["llvm", "bolt"] {
+        let p = profiles
+            .get(kind)
+            .filter(|v| v.is_object())
+            .ok_or_else(|| anyhow!("no \"profiles.{kind}\" section"))?;
+        for k in ["sha256", "trained_on_source_sha256"] {
+            if !is_sha(p.get(k)) {
+                bail!("profiles.{kind}.{k} is not a sha256 hex digest");
+            }
+        }
+        if p.get("freshness_check").and_then(|v| v.as_str()) != Some("fresh") {
+            bail!("profiles.{kind}.freshness_check is not \"fresh\"");
         }
     }
     let tc = m

@@ -35,7 +35,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub out: PathBuf,
     /// `llvm`: set LLVM_PROFILE_FILE=PROFILE_DIR/SHAPE-%p-%m.profraw; `bolt`: the binary writes
-    /// where llvm-bolt was told, which must be PROFILE_DIR.
+    /// where llvm-bolt was told, a path relative to its working directory, which is PROFILE_DIR.
     #[arg(long, value_parser = ["llvm", "bolt"], default_value = "llvm")]
     pub profile_kind: String,
     /// Where the gateway writes its profiles (default: a scratch directory under OUT, removed
@@ -186,13 +186,13 @@ pub fn select<'a>(all: &'a [Loaded], only: &[String]) -> Result<Vec<&'a Loaded>>
 }
 
 /// A port free right now on 127.0.0.1 (bound, then released).
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(l.local_addr()?.port())
 }
 
 /// A scratch directory under $TMPDIR.
-fn tempdir(prefix: &str) -> Result<PathBuf> {
+pub(crate) fn tempdir(prefix: &str) -> Result<PathBuf> {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -355,13 +355,13 @@ fn check_store_used(metrics: SocketAddr) -> Result<()> {
 }
 
 /// A gateway child process, killed (SIGKILL) if dropped before it was reaped.
-struct Gateway {
+pub(crate) struct Gateway {
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl Gateway {
-    fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(12)..].join("\n  ");
@@ -372,7 +372,7 @@ impl Gateway {
         }
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
     }
 
@@ -389,7 +389,7 @@ impl Gateway {
     }
 
     /// SIGTERM, then wait (bounded) and require exit status 0.
-    fn stop(&mut self) -> Result<()> {
+    pub(crate) fn stop(&mut self) -> Result<()> {
         let pid = self.pid();
         if let Some(st) = self.try_exited() {
             bail!(
@@ -453,17 +453,33 @@ fn signal_name(s: i32) -> &'static str {
     }
 }
 
+/// How a gateway process is started: the program and the arguments before `--config` (the
+/// gateway binary itself, or a wrapper such as valgrind followed by it), the working directory
+/// (where a BOLT-instrumented binary writes its relative profile path), and how long it may take
+/// to answer `/livez`.
+pub struct Launch<'a> {
+    pub argv: &'a [std::ffi::OsString],
+    pub cwd: &'a Path,
+    pub ready_timeout: Duration,
+}
+
 /// Start the gateway and wait until it announced its address and `/livez` answers 200.
-fn start_gateway(
-    bin: &Path,
+pub(crate) fn start_gateway(
+    launch: &Launch,
     config: &Path,
     log: &Path,
     env: &[(&str, String)],
 ) -> Result<(Gateway, SocketAddr)> {
     let logf = std::fs::File::create(log)?;
-    let mut cmd = Command::new(bin);
-    cmd.arg("--config")
+    let (program, before) = launch
+        .argv
+        .split_first()
+        .context("starting the gateway: empty command line")?;
+    let mut cmd = Command::new(program);
+    cmd.args(before)
+        .arg("--config")
         .arg(config)
+        .current_dir(launch.cwd)
         .stdin(Stdio::null())
         .stdout(logf.try_clone()?)
         .stderr(logf)
@@ -473,12 +489,13 @@ fn start_gateway(
     }
     let child = cmd
         .spawn()
-        .with_context(|| format!("starting the gateway {}", bin.display()))?;
+        .with_context(|| format!("starting the gateway {}", Path::new(program).display()))?;
     let mut gw = Gateway {
         child: Some(child),
         log: log.to_owned(),
     };
-    let deadline = Instant::now() + READY_TIMEOUT;
+    let ready_timeout = launch.ready_timeout;
+    let deadline = Instant::now() + ready_timeout;
     let mut addr: Option<SocketAddr> = None;
     loop {
         if let Some(st) = gw.try_exited() {
@@ -504,7 +521,7 @@ fn start_gateway(
         }
         if Instant::now() > deadline {
             bail!(
-                "the gateway was not ready within {READY_TIMEOUT:?} ({}); {}",
+                "the gateway was not ready within {ready_timeout:?} ({}); {}",
                 match addr {
                     None => "it never printed \"listening on ADDR\"".to_string(),
                     Some(a) => format!("GET http://{a}/livez never answered 200"),
@@ -608,7 +625,15 @@ fn train_shape(
         ));
     }
     let log = scratch.join(format!("{name}.gateway.log"));
-    let (mut gw, addr) = start_gateway(&args.gateway, &config_path, &log, &env)?;
+    // Absolute: the gateway starts in the profile directory.
+    let bin = std::fs::canonicalize(&args.gateway)
+        .with_context(|| format!("resolving {}", args.gateway.display()))?;
+    let launch = Launch {
+        argv: &[bin.into_os_string()],
+        cwd: profile_dir,
+        ready_timeout: READY_TIMEOUT,
+    };
+    let (mut gw, addr) = start_gateway(&launch, &config_path, &log, &env)?;
 
     let requests = requests_of(s, args.max_requests);
     let req = request(&s.shape, s.body.clone());

@@ -295,16 +295,52 @@ fn write(p: &Path, s: &str) {
     std::fs::write(p, s).unwrap();
 }
 
-fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
-    let m = |kind: &str, holdout: &str| {
-        format!(
-            r#"{{"profile_kind":"{kind}","shapes":[{{"name":"chat-minimal","requests_sent":10,"requests_checked":10,"profile_files":1,"profile_bytes":5000,"seconds":1.0}}],"holdout":"{holdout}","requests_sent":10,"requests_checked":10,"profile_files":1,"profile_bytes":5000}}"#
+/// A pinned profile directory as the pinned-profile stages leave it, and the verdict of its
+/// freshness check.
+fn pinned_dir(d: &Path, kind: &str, holdout: &str) -> (PathBuf, PathBuf) {
+    use sha2::Digest;
+    let dir = d.join(format!("pinned-{kind}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, body) = if kind == "llvm" {
+        (
+            "gateway.proftext",
+            "f\n# Func Hash:\n1\n# Num Counters:\n1\n# Counter Values:\n5\n",
         )
+    } else {
+        ("gateway.fdata", "1 main 0 1 main 4 0 7\n")
     };
-    write(&d.join("pgo.json"), &m("llvm", "h"));
-    write(&d.join("bolt.json"), &m("bolt", bolt_holdout));
-    write(&d.join("g.profdata"), "profdata bytes");
-    write(&d.join("g.fdata"), "1 main 0 1 main 4 0 7\n");
+    write(&dir.join(file), body);
+    let sha: String = sha2::Sha256::digest(body.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let source = "b".repeat(64);
+    write(
+        &dir.join("manifest.json"),
+        &serde_json::json!({
+            "schema": 1, "kind": kind, "file": file, "sha256": sha, "system": "x86_64-linux",
+            "trained_on": { "source_sha256": source, "pgo_binary_sha256": "c".repeat(64) },
+            "training": { "shapes": ["chat-minimal"], "holdout": holdout, "requests_checked": 10,
+                          "profile_files": 1, "profile_bytes": 5000 },
+            "previous": { "sha256": "d".repeat(64), "overlap_pct": 99.5 }
+        })
+        .to_string(),
+    );
+    if kind == "llvm" {
+        write(&dir.join("gateway.profdata"), "profdata bytes");
+    }
+    let verdict = d.join(format!("{kind}-verdict.json"));
+    write(
+        &verdict,
+        &serde_json::json!({ "schema": 1, "kind": kind, "pinned_sha256": sha, "min_overlap_pct": 99.0, "verdict": "fresh" })
+            .to_string(),
+    );
+    (dir, verdict)
+}
+
+fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
+    let (llvm, llvm_check) = pinned_dir(d, "llvm", "h");
+    let (bolt, bolt_check) = pinned_dir(d, "bolt", bolt_holdout);
     write(
         &d.join("bolt.log"),
         "BOLT-INFO: 812 out of 4000 functions in the binary (20.3%) have non-empty execution profile\n",
@@ -313,23 +349,34 @@ fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
         &d.join("versions.json"),
         r#"{"rustc":"rustc 1.95.0","rustc_llvm":"22.1.2","llvm_profdata":"22.1.8","llvm_bolt":"22.1.8","provider":"offline-debian"}"#,
     );
-    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    std::fs::create_dir_all(d.join("src/gateway/src")).unwrap();
+    for f in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "gateway/Cargo.toml",
+        "gateway/src/main.rs",
+    ] {
+        write(&d.join("src").join(f), f);
+    }
+    let p = |n: &Path| n.to_string_lossy().into_owned();
     vec![
         "proof".into(),
-        "--pgo-manifest".into(),
-        p("pgo.json"),
-        "--profdata".into(),
-        p("g.profdata"),
-        "--bolt-manifest".into(),
-        p("bolt.json"),
-        "--fdata".into(),
-        p("g.fdata"),
+        "--llvm-profile".into(),
+        p(&llvm),
+        "--bolt-profile".into(),
+        p(&bolt),
+        "--llvm-check".into(),
+        p(&llvm_check),
+        "--bolt-check".into(),
+        p(&bolt_check),
         "--bolt-log".into(),
-        p("bolt.log"),
+        p(&d.join("bolt.log")),
         "--versions".into(),
-        p("versions.json"),
+        p(&d.join("versions.json")),
+        "--source".into(),
+        p(&d.join("src")),
         "--out".into(),
-        p("share/gateway/proof.json"),
+        p(&d.join("share/gateway/proof.json")),
     ]
 }
 
@@ -351,8 +398,17 @@ fn proof_is_written_and_verifies() {
     assert!(o.status.success(), "{}", stderr(&o));
     let path = d.join("share/gateway/proof.json");
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    assert_eq!(m["schema"], 1);
+    assert_eq!(m["schema"], 2);
     assert_eq!(m["holdout"], "h");
+    assert_eq!(m["profiles"]["provenance"], "pinned");
+    assert_eq!(
+        m["profiles"]["llvm"]["trained_on_source_sha256"],
+        "b".repeat(64)
+    );
+    assert_eq!(m["profiles"]["llvm"]["same_source_as_build"], false);
+    assert_eq!(m["profiles"]["llvm"]["overlap_with_previous_pct"], 99.5);
+    assert_eq!(m["profiles"]["bolt"]["pgo_binary_sha256"], "c".repeat(64));
+    assert_eq!(m["profiles"]["bolt"]["freshness_check"], "fresh");
     assert_eq!(m["pgo"]["profdata_bytes"], 14);
     // sha256("profdata bytes")
     assert_eq!(m["pgo"]["profdata_sha256"].as_str().unwrap().len(), 64);
@@ -391,6 +447,19 @@ fn proof_is_written_and_verifies() {
         .unwrap();
     assert!(!o.status.success());
     assert!(!d2.join("share/gateway/proof.json").exists());
+    // A verdict that vouched for another profile.
+    let args = proof_inputs(&d2, "h");
+    write(
+        &d2.join("pinned-llvm/gateway.proftext"),
+        "f\n# Func Hash:\n2\n# Num Counters:\n1\n# Counter Values:\n5\n",
+    );
+    let o = Command::new(TRAINER).args(&args).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("vouched for another profile"),
+        "{}",
+        stderr(&o)
+    );
     // A BOLT log without the function count line.
     let args = proof_inputs(&d2, "h");
     write(&d2.join("bolt.log"), "BOLT-INFO: something else\n");
@@ -408,15 +477,19 @@ fn proof_is_written_and_verifies() {
 #[test]
 fn verify_proof_rejects_bad_markers() {
     let d = scratch("verify");
+    let sha = "a".repeat(64);
     let good = serde_json::json!({
-        "schema": 1,
+        "schema": 2,
         "pgo": { "profraw_files": 3, "profraw_bytes": 9000, "profdata_bytes": 4000,
                  "profdata_sha256": "a".repeat(64), "shapes_trained": ["chat-minimal"],
                  "requests_checked": 3000 },
         "bolt": { "fdata_files": 3, "fdata_bytes": 800, "functions_with_profile": 10,
                   "functions_total": 100, "shapes_trained": ["chat-minimal"] },
         "holdout": "h",
-        "toolchain": { "rustc": "rustc 1.95.0" }
+        "toolchain": { "rustc": "rustc 1.95.0" },
+        "profiles": { "provenance": "pinned", "built_from_source_sha256": sha,
+                      "llvm": { "sha256": sha, "trained_on_source_sha256": sha, "freshness_check": "fresh" },
+                      "bolt": { "sha256": sha, "trained_on_source_sha256": sha, "freshness_check": "fresh" } }
     });
     let path = d.join("proof.json");
     let check = |v: &serde_json::Value| {
@@ -472,7 +545,14 @@ fn verify_proof_rejects_bad_markers() {
     v["pgo"]["profdata_sha256"] = "xyz".into();
     assert!(!check(&v).status.success());
     let mut v = good.clone();
-    v["schema"] = 2.into();
+    v["schema"] = 1.into();
+    assert!(!check(&v).status.success());
+    // Provenance: a pinned profile whose freshness check did not pass, no provenance at all.
+    let mut v = good.clone();
+    v["profiles"]["bolt"]["freshness_check"] = "stale".into();
+    assert!(stderr(&check(&v)).contains("profiles.bolt.freshness_check"));
+    let mut v = good.clone();
+    v.as_object_mut().unwrap().remove("profiles");
     assert!(!check(&v).status.success());
     let mut v = good.clone();
     v["holdout"] = "".into();

@@ -1,0 +1,42 @@
+# The fresh profiles (gateway-profile-fresh, gateway-bolt-profile-fresh): a training run
+# (training-run.nix) kept, with the manifest that pins it to the toolchain, the sources,
+# Cargo.lock and shapes it was trained from and the binary it was trained on. Not part of the
+# artifact: only the refresh command builds these, and copies them into profiles/. Every build of
+# one counts a little differently, so these, unlike every stage of the chain, do not rebuild
+# bit-identically.
+{
+  toolchain,
+  # Stage name: gateway-profile-fresh or gateway-bolt-profile-fresh.
+  name,
+  # "llvm" or "bolt".
+  kind,
+  # Derivation with bin/gateway, instrumented for `kind`.
+  gateway,
+  trainer,
+  shapes,
+  versions,
+  # BOLT: the PGO stage whose binary `gateway` instruments (the profile belongs to it).
+  pgo ? null,
+}:
+toolchain.runStage {
+  inherit name;
+  script = ''
+    ${import ./training-run.nix { inherit toolchain kind gateway trainer shapes; }}
+    mkdir -p "$out"
+    cp "$fresh/$fresh_file" "$out/$fresh_file"
+    cp "$training/manifest.json" "$out/training.json"
+    ${trainer}/bin/trainer profile manifest \
+      --kind ${kind} \
+      --profile "$out/$fresh_file" \
+      --training "$training/manifest.json" \
+      --versions ${versions}/versions.json \
+      --system ${toolchain.system} \
+      --provider ${toolchain.name} \
+      --source ${toolchain.src} \
+      --shapes ${shapes} \
+      --instrumented ${gateway}/bin/gateway \
+      ${if pgo == null then "" else "--pgo-binary ${pgo}/bin/gateway"} \
+      --out "$out/manifest.json" \
+      || fail "trainer profile manifest failed"
+  '';
+}
