@@ -1,7 +1,8 @@
 //! The client-facing SSE body. It polls the upstream body itself (no task, no channel): when the
 //! client goes away hyper drops the body, which drops the upstream response and so cancels the
 //! upstream request, and back-pressure flows from the client socket to the upstream socket for
-//! free. Each complete upstream event goes through the route's [`StreamTransform`].
+//! free. Each complete upstream event goes through the route's [`StreamTransform`]. The upstream
+//! connection goes back to its pool when the upstream stream has ended cleanly.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,10 +14,13 @@ use hyper::body::{Body, Incoming};
 
 use crate::dialect::error::GwError;
 use crate::dialect::transform::StreamTransform;
+use crate::http::client::Conn;
 use crate::sse::SseSplitter;
 
 pub struct SseBody {
     upstream: Incoming,
+    /// The upstream connection, released when `upstream` has ended cleanly.
+    conn: Option<Conn>,
     splitter: SseSplitter,
     transform: Box<dyn StreamTransform>,
     out: BytesMut,
@@ -31,9 +35,15 @@ pub struct SseBody {
 }
 
 impl SseBody {
-    pub fn new(upstream: Incoming, transform: Box<dyn StreamTransform>, idle: Duration) -> Self {
+    pub fn new(
+        upstream: Incoming,
+        conn: Conn,
+        transform: Box<dyn StreamTransform>,
+        idle: Duration,
+    ) -> Self {
         SseBody {
             upstream,
+            conn: Some(conn),
             splitter: SseSplitter::default(),
             transform,
             out: BytesMut::with_capacity(1024),
@@ -78,6 +88,9 @@ impl SseBody {
                 }
                 Poll::Ready(None) => {
                     self.upstream_done = true;
+                    if let Some(c) = self.conn.take() {
+                        c.release();
+                    }
                     let r = match self.splitter.finish() {
                         Some(ev) => self.transform.on_event(&ev, &mut self.out),
                         None => Ok(()),

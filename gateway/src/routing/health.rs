@@ -398,14 +398,10 @@ mod tests {
         for name in ["a", "b", "c"] {
             providers.insert(
                 name.to_owned(),
-                Arc::new(crate::provider::upstream::Provider {
-                    name: name.into(),
-                    kind: crate::provider::upstream::ProviderKind::OpenAi,
-                    chat_uri: "http://h/v1/chat/completions".parse().unwrap(),
-                    messages_uri: "http://h/v1/messages".parse().unwrap(),
-                    responses_uri: "http://h/v1/responses".parse().unwrap(),
-                    auth: None,
-                }),
+                Arc::new(crate::provider::upstream::Provider::stub(
+                    name,
+                    crate::provider::upstream::ProviderKind::OpenAi,
+                )),
             );
         }
         let mut c = Checker::default();

@@ -296,14 +296,7 @@ mod tests {
         ] {
             providers.insert(
                 name.to_owned(),
-                Arc::new(Provider {
-                    name: name.into(),
-                    kind,
-                    chat_uri: "http://h/v1/chat/completions".parse().unwrap(),
-                    messages_uri: "http://h/v1/messages".parse().unwrap(),
-                    responses_uri: "http://h/v1/responses".parse().unwrap(),
-                    auth: None,
-                }),
+                Arc::new(crate::provider::upstream::Provider::stub(name, kind)),
             );
         }
         let mut c = Checker::default();
