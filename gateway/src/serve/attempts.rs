@@ -249,17 +249,26 @@ async fn send(
         l.succeeded();
         rec.hold_lease(l);
     }
-    rec.usage_from_body(&bytes);
     match p.translation {
         #[cfg(feature = "bench-dom-native")]
-        None => Ok(json_response_parts(
-            StatusCode::OK,
-            dom_rewrite(&bytes, &c.route.alias).unwrap_or(UpBody::one(bytes)),
-            head.headers,
-        )),
+        None => {
+            rec.usage_from_body(&bytes);
+            Ok(json_response_parts(
+                StatusCode::OK,
+                dom_rewrite(&bytes, &c.route.alias).unwrap_or(UpBody::one(bytes)),
+                head.headers,
+            ))
+        }
         #[cfg(not(feature = "bench-dom-native"))]
         None => {
-            let out = match json::find_model_span(&bytes) {
+            // One walk finds the model to rename and the usage; an answer that is not a JSON
+            // object goes back unchanged (its usage still looked for).
+            let [model, usage] = json::find_members(&bytes, ["model", "usage"]).unwrap_or_default();
+            match usage {
+                Some((s, e)) => rec.usage_from_value(&bytes[s..e]),
+                None => rec.usage_from_body(&bytes),
+            }
+            let out = match model {
                 Some((s, e)) => UpBody::three(
                     bytes.slice(..s),
                     c.route.alias_json.clone(),
@@ -269,9 +278,11 @@ async fn send(
             };
             Ok(json_response_parts(StatusCode::OK, out, head.headers))
         }
-        Some(t) => t
-            .response(&bytes, &c.route.alias)
-            .map(|b| json_response_parts(StatusCode::OK, UpBody::one(b), head.headers)),
+        Some(t) => {
+            rec.usage_from_body(&bytes);
+            t.response(&bytes, &c.route.alias)
+                .map(|b| json_response_parts(StatusCode::OK, UpBody::one(b), head.headers))
+        }
     }
 }
 
