@@ -33,6 +33,7 @@ use crate::config::check::ConfigError;
 use crate::dialect::error::GwError;
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::Dialect;
+use crate::http::arena;
 use crate::http::body::GwResponse;
 use crate::json;
 use crate::posture::auth::Caller;
@@ -192,8 +193,8 @@ fn splitmix(mut z: u64) -> u64 {
 }
 
 /// A fresh request id: 24 hex digits, a per-thread random prefix and a per-thread counter, so
-/// unique within the process and very unlikely to repeat across restarts. No allocation besides
-/// the header value itself.
+/// unique within the process and very unlikely to repeat across restarts. No allocation of its
+/// own: the value is cut from the per-thread header-value arena.
 pub fn new_request_id() -> HeaderValue {
     let (mut seed, n) = ID.get();
     if seed == 0 {
@@ -214,7 +215,7 @@ pub fn new_request_id() -> HeaderValue {
     for (i, b) in buf[16..].iter_mut().enumerate() {
         *b = HEX[((n >> (28 - 4 * i)) & 0xf) as usize];
     }
-    HeaderValue::from_bytes(&buf).expect("hex digits")
+    arena::visible_ascii(&buf)
 }
 
 /// The client's `x-request-id` when it is reasonable (1..=128 visible characters from a safe
@@ -427,7 +428,7 @@ pub struct Record {
     request_id: HeaderValue,
     /// `x-ratelimit-*` of the admitting policy, for the response (empty without rate policies).
     ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
-    inner: Option<Box<Inner>>,
+    inner: Option<Inner>,
 }
 
 impl Record {
@@ -438,7 +439,7 @@ impl Record {
         Record {
             request_id: request_id.clone(),
             ratelimit_headers: Vec::new(),
-            inner: Some(Box::new(Inner {
+            inner: Some(Inner {
                 t0: Instant::now(),
                 start_wall: SystemTime::now(),
                 route,
@@ -462,12 +463,12 @@ impl Record {
                 failed: Vec::new(),
                 lease: None,
                 finished: false,
-            })),
+            }),
         }
     }
 
     fn with(&mut self, f: impl FnOnce(&mut Inner)) {
-        if let Some(i) = self.inner.as_deref_mut() {
+        if let Some(i) = self.inner.as_mut() {
             f(i)
         }
     }
@@ -592,7 +593,7 @@ impl Record {
         for (n, v) in self.ratelimit_headers.drain(..) {
             h.insert(n, v);
         }
-        if let Some(i) = self.inner.as_deref_mut() {
+        if let Some(i) = self.inner.as_mut() {
             if let Some(r) = &i.rejected {
                 r.apply_headers(h);
             }
@@ -625,14 +626,14 @@ impl Drop for Record {
 /// events and finish the record when the stream is dropped.
 struct Tracked {
     inner: Box<dyn StreamTransform>,
-    rec: Option<Box<Inner>>,
+    rec: Option<Inner>,
     delta: memchr::memmem::Finder<'static>,
     usage_key: memchr::memmem::Finder<'static>,
 }
 
 impl StreamTransform for Tracked {
     fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
-        if let Some(r) = self.rec.as_deref_mut() {
+        if let Some(r) = self.rec.as_mut() {
             // Named events (Anthropic Messages, OpenAI Responses upstreams) say by their name
             // whether they are content or carry usage, which spares a search of every frame;
             // chat completions frames have no name and are searched.
@@ -661,25 +662,25 @@ impl StreamTransform for Tracked {
             }
         }
         let res = self.inner.on_event(ev, out);
-        if let (Err(e), Some(r)) = (&res, self.rec.as_deref_mut()) {
+        if let (Err(e), Some(r)) = (&res, self.rec.as_mut()) {
             r.stream_error = Some(e.message.chars().take(200).collect());
         }
         res
     }
 
     fn on_end(&mut self, out: &mut BytesMut) -> Result<(), GwError> {
-        if let Some(r) = self.rec.as_deref_mut() {
+        if let Some(r) = self.rec.as_mut() {
             r.upstream_end = Some(Instant::now());
         }
         let res = self.inner.on_end(out);
-        if let (Err(e), Some(r)) = (&res, self.rec.as_deref_mut()) {
+        if let (Err(e), Some(r)) = (&res, self.rec.as_mut()) {
             r.stream_error = Some(e.message.chars().take(200).collect());
         }
         res
     }
 
     fn on_error(&mut self, err: &GwError, out: &mut BytesMut) {
-        if let Some(r) = self.rec.as_deref_mut() {
+        if let Some(r) = self.rec.as_mut() {
             if r.stream_error.is_none() {
                 r.stream_error = Some(err.message.chars().take(200).collect());
             }
@@ -702,7 +703,7 @@ impl Drop for Tracked {
     }
 }
 
-fn finish(mut i: Box<Inner>) {
+fn finish(mut i: Inner) {
     if i.finished {
         return;
     }
