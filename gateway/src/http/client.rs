@@ -197,7 +197,7 @@ impl UpstreamClient {
         let mut connector = self.0.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
         let io = connector.call(origin.dial.clone()).await?;
-        let (tx, conn) = http1::Builder::new().handshake(io).await?;
+        let (tx, conn) = http1::Builder::new().writev(false).handshake(io).await?;
         tokio::task::spawn_local(async move {
             // Its errors reach the request that was using it; an idle one just closes.
             let _ = conn.await;

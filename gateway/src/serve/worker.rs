@@ -188,7 +188,9 @@ pub fn run(
         }
 
         let mut http = hyper::server::conn::http1::Builder::new();
-        http.keep_alive(true).header_read_timeout(None);
+        http.keep_alive(true)
+            .header_read_timeout(None)
+            .writev(false);
         loop {
             tokio::select! {
                 r = listener.accept() => match r {
