@@ -456,10 +456,8 @@ impl Cursor<'_> {
 #[inline]
 fn special_bytes(w: u64) -> u64 {
     const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x;
-    let control = w.wrapping_sub(ONES * 0x20) & !w;
-    (control | zero_in(w ^ (ONES * b'"' as u64)) | zero_in(w ^ (ONES * b'\\' as u64))) & HIGH
+    let control = w.wrapping_sub(ONES * 0x20) & !w & (ONES << 7);
+    control | has_byte(w, b'"') | has_byte(w, b'\\')
 }
 
 /// Replaces the string value of every `"model":` key (optionally one space after the colon) by
@@ -495,23 +493,44 @@ pub fn copy_renaming_model(
     out.extend_from_slice(&data[pos..]);
 }
 
-/// End (exclusive) of the JSON string literal starting at `start`, if one starts there.
-fn string_end(data: &[u8], start: usize) -> Option<usize> {
+/// End (exclusive) of the JSON string literal starting at `start`, if one starts there. Most
+/// strings are short (keys, ids): the first 32 bytes are searched eight at a time, the rest of a
+/// long one with memchr's vector search.
+pub fn string_end(data: &[u8], start: usize) -> Option<usize> {
     if data.get(start) != Some(&b'"') {
         return None;
     }
     let mut i = start + 1;
-    while let Some(off) = memchr::memchr2(b'"', b'\\', &data[i..]) {
-        let p = i + off;
-        if data[p] == b'"' {
-            return Some(p + 1);
+    let short_until = i + 32;
+    loop {
+        if i < short_until {
+            while let Some(w) = data.get(i..i + 8) {
+                let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+                let hit = has_byte(w, b'"') | has_byte(w, b'\\');
+                if hit != 0 {
+                    i += hit.trailing_zeros() as usize / 8;
+                    break;
+                }
+                i += 8;
+            }
+        } else {
+            i += memchr::memchr2(b'"', b'\\', data.get(i..)?)?;
         }
-        i = p + 2;
-        if i > data.len() {
-            return None;
+        match *data.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            _ => i += 1,
         }
     }
-    None
+}
+
+/// The high bit of each byte of `w` equal to `b` (exact for the lowest one, which is all the
+/// callers use: a borrow can flag a byte above a true one).
+#[inline]
+fn has_byte(w: u64, b: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = w ^ (ONES * b as u64);
+    x.wrapping_sub(ONES) & !x & (ONES << 7)
 }
 
 /// Appends `s` as a JSON string literal. Stream encoders write their frames with this and a few
@@ -520,8 +539,24 @@ pub fn write_str(out: &mut impl BufMut, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let b = s.as_bytes();
     out.put_slice(b"\"");
+    // The part before the first byte to escape (usually all of it), found eight bytes at a time.
     let mut start = 0;
-    for (i, &c) in b.iter().enumerate() {
+    while let Some(w) = b.get(start..start + 8) {
+        let special = special_bytes(u64::from_le_bytes(w.try_into().expect("eight bytes")));
+        if special != 0 {
+            start += special.trailing_zeros() as usize / 8;
+            break;
+        }
+        start += 8;
+    }
+    while b
+        .get(start)
+        .is_some_and(|&c| c >= 0x20 && c != b'"' && c != b'\\')
+    {
+        start += 1;
+    }
+    out.put_slice(&b[..start]);
+    for (i, &c) in b.iter().enumerate().skip(start) {
         let esc: &[u8] = match c {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -572,7 +607,15 @@ mod tests {
 
     #[test]
     fn writes_json_strings_like_serde() {
-        for s in ["", "plain", "q\"b\\s\n\r\t\u{1}\u{1f}", "é😀", "</script>"] {
+        for s in [
+            "",
+            "plain",
+            "q\"b\\s\n\r\t\u{1}\u{1f}",
+            "é😀",
+            "</script>",
+            "eight by\"tes and more\\, \u{7f} and \u{1f} late",
+            "a long plain string of more than eight bytes",
+        ] {
             let mut out = BytesMut::new();
             write_str(&mut out, s);
             assert_eq!(

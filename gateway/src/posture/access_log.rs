@@ -329,17 +329,10 @@ impl<'a> Scan<'a> {
     /// A string's raw bytes (escapes not decoded); the cursor is on its opening quote.
     fn string(&mut self) -> Option<&'a [u8]> {
         let start = self.i + 1;
-        let mut j = start;
-        loop {
-            match *self.b.get(j)? {
-                b'"' => break,
-                b'\\' => j += 2,
-                _ => j += 1,
-            }
-        }
-        self.i = j + 1;
+        let end = json::string_end(self.b, self.i)?;
+        self.i = end;
         let b: &'a [u8] = self.b;
-        b.get(start..j)
+        b.get(start..end - 1)
     }
     fn number(&mut self) -> Option<u64> {
         let mut n: u64 = 0;
@@ -777,7 +770,10 @@ fn write_line(
     out.extend_from_slice(b"{\"ts\":\"");
     write_rfc3339(out, i.start_wall);
     out.extend_from_slice(b"\",\"request_id\":");
-    json::write_str(out, i.request_id.to_str().unwrap_or("-"));
+    // A request id is visible ASCII from a set that needs no escaping (see `request_id`).
+    out.push(b'"');
+    out.extend_from_slice(i.request_id.as_bytes());
+    out.push(b'"');
     out.extend_from_slice(b",\"route\":\"");
     out.extend_from_slice(match i.route {
         Dialect::Chat => b"/v1/chat/completions".as_slice(),
@@ -786,7 +782,7 @@ fn write_line(
     });
     out.extend_from_slice(b"\",\"model\":");
     match (&i.target, &i.asked_model) {
-        (Some(r), _) => json::write_str(out, &r.alias),
+        (Some(r), _) => out.extend_from_slice(&r.alias_json),
         (None, Some(m)) => json::write_str(out, m),
         (None, None) => out.extend_from_slice(b"null"),
     }
@@ -802,12 +798,12 @@ fn write_line(
     });
     out.extend_from_slice(b",\"provider\":");
     match deployment {
-        Some(d) => json::write_str(out, &d.provider.name),
+        Some(d) => out.extend_from_slice(&d.provider_json),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"upstream_model\":");
     match deployment {
-        Some(d) => json::write_str(out, &d.upstream_model),
+        Some(d) => out.extend_from_slice(&d.upstream_json),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"attempts\":");
@@ -823,9 +819,9 @@ fn write_line(
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"provider\":");
-            json::write_str(out, &d.provider.name);
+            out.extend_from_slice(&d.provider_json);
             out.extend_from_slice(b",\"upstream_model\":");
-            json::write_str(out, &d.upstream_model);
+            out.extend_from_slice(&d.upstream_json);
             out.extend_from_slice(b",\"outcome\":\"");
             out.extend_from_slice(outcome.as_str().as_bytes());
             out.push(b'"');

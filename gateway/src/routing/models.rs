@@ -87,6 +87,7 @@ pub fn section(
             .into_iter()
             .map(|(w, upstream, choice)| Deployment {
                 upstream_json: json_string(&w.model),
+                provider_json: json_string(&w.provider.name),
                 upstream_model: w.model,
                 provider: w.provider,
                 weight: w.weight,
