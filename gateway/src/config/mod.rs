@@ -5,7 +5,6 @@
 //! `Arc`; everything a request needs (upstream URIs, auth header values, the model name already
 //! JSON-quoted) is computed here once, not per request.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +21,12 @@ use crate::posture::access_log::AccessLogConfig;
 use crate::posture::auth::Keys;
 use crate::posture::limits::Limits;
 use crate::posture::metrics::{MetricsConfig, ModelLabels, UpstreamLabels};
-use crate::routing::{Policy, Route};
+use crate::routing::{AliasMap, Policy, Route};
 
 /// The immutable view of the configuration that requests run against.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub routes: HashMap<String, Arc<Route>>,
+    pub routes: AliasMap<Arc<Route>>,
     /// `GET /v1/models` never changes between reloads, so it is rendered once.
     pub models_body: Bytes,
     pub upstream_timeout: Duration,

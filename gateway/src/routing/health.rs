@@ -392,7 +392,7 @@ mod tests {
 
     /// The routes of a `models` section over providers `a` and `b` (each test thread has its own
     /// worker state).
-    fn routes(models: serde_json::Value) -> HashMap<String, Arc<Route>> {
+    fn routes(models: serde_json::Value) -> crate::routing::AliasMap<Arc<Route>> {
         let top = serde_json::json!({"providers": {}, "models": models});
         let mut providers = HashMap::new();
         for name in ["a", "b", "c"] {
