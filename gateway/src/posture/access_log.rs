@@ -262,13 +262,10 @@ impl Usage {
 pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     let key = b"\"usage\":";
     let pos = memchr::memmem::rfind(body, key)?;
-    usage_value(&body[pos + key.len()..])
-}
-
-/// The usage object at the start of `value` (whitespace before it allowed), read as
-/// [`scan_usage`] reads the one it finds.
-pub fn usage_value(value: &[u8]) -> Option<Usage> {
-    let mut p = Scan { b: value, i: 0 };
+    let mut p = Scan {
+        b: body,
+        i: pos + key.len(),
+    };
     p.ws();
     if p.peek()? != b'{' {
         return None;
@@ -542,13 +539,6 @@ impl Record {
     /// Usage from a buffered upstream (or translated) response body.
     pub fn usage_from_body(&mut self, body: &[u8]) {
         if let Some(u) = scan_usage(body) {
-            self.with(|i| i.usage.merge(u));
-        }
-    }
-
-    /// Usage from the `usage` value of a buffered upstream response, already located.
-    pub fn usage_from_value(&mut self, value: &[u8]) {
-        if let Some(u) = usage_value(value) {
             self.with(|i| i.usage.merge(u));
         }
     }

@@ -261,13 +261,11 @@ async fn send(
         }
         #[cfg(not(feature = "bench-dom-native"))]
         None => {
-            // One walk finds the model to rename and the usage; an answer that is not a JSON
-            // object goes back unchanged (its usage still looked for).
-            let [model, usage] = json::find_members(&bytes, ["model", "usage"]).unwrap_or_default();
-            match usage {
-                Some((s, e)) => rec.usage_from_value(&bytes[s..e]),
-                None => rec.usage_from_body(&bytes),
-            }
+            // The walk for the top-level model stops there (it comes early in every dialect's
+            // answer); the usage is searched for from the end, where it is. An answer that is
+            // not a JSON object goes back unchanged.
+            let [model] = json::find_members(&bytes, ["model"]).unwrap_or_default();
+            rec.usage_from_body(&bytes);
             let out = match model {
                 Some((s, e)) => UpBody::three(
                     bytes.slice(..s),
