@@ -100,7 +100,9 @@ impl AccessLogConfig {
 struct Sink {
     enabled: AtomicBool,
     buffers: Mutex<Vec<Arc<Mutex<Vec<u8>>>>>,
-    out: Mutex<Box<dyn Write + Send>>,
+    /// The sink, and the emptied buffer the next full one is swapped with (so a worker's buffer
+    /// keeps its capacity across flushes instead of growing again from nothing).
+    out: Mutex<(Box<dyn Write + Send>, Vec<u8>)>,
 }
 
 fn sink() -> &'static Sink {
@@ -116,7 +118,7 @@ fn sink() -> &'static Sink {
         Sink {
             enabled: AtomicBool::new(true),
             buffers: Mutex::new(Vec::new()),
-            out: Mutex::new(Box::new(std::io::stderr())),
+            out: Mutex::new((Box::new(std::io::stderr()), Vec::with_capacity(64 * 1024))),
         }
     })
 }
@@ -132,7 +134,7 @@ pub fn init(cfg: &AccessLogConfig) -> anyhow::Result<()> {
             .append(true)
             .open(p)
             .map_err(|e| anyhow::anyhow!("cannot open access log {p}: {e}"))?;
-        *s.out.lock().unwrap() = Box::new(f);
+        s.out.lock().unwrap().0 = Box::new(f);
     }
     Ok(())
 }
@@ -142,17 +144,17 @@ pub fn init(cfg: &AccessLogConfig) -> anyhow::Result<()> {
 pub fn flush() {
     let s = sink();
     let bufs: Vec<_> = s.buffers.lock().unwrap().clone();
-    let mut out = s.out.lock().unwrap();
-    let mut spare = Vec::new();
+    let mut guard = s.out.lock().unwrap();
+    let (out, spare) = &mut *guard;
     for b in bufs {
         {
             let mut g = b.lock().unwrap();
             if g.is_empty() {
                 continue;
             }
-            std::mem::swap(&mut *g, &mut spare);
+            std::mem::swap(&mut *g, spare);
         }
-        let _ = out.write_all(&spare);
+        let _ = out.write_all(spare);
         spare.clear();
     }
     let _ = out.flush();
