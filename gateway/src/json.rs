@@ -25,16 +25,38 @@ pub enum ScanError {
 /// control characters and with valid escapes, numbers without leading zeros, `true`/`false`/
 /// `null`, no trailing commas, nothing but whitespace after it) and nested at most [`MAX_DEPTH`]
 /// deep, and returns the byte range of the value of each top-level member named in `keys`
-/// (names compared after decoding their escapes, which must form valid UTF-16 as serde requires
-/// of a key). The values are not interpreted. UTF-8 is not checked here (the caller validates
-/// it once for the whole body). This is what serde_json does for a struct with these fields and
-/// the rest ignored, without its generic skipping: the native route's head parse and the
-/// response's model and usage are each one pass over the bytes.
+/// (names compared after decoding their escapes, which must form valid UTF-16, and checked to
+/// be UTF-8, as serde requires of a struct's keys). The values are not interpreted, nor checked
+/// to be UTF-8 (serde skips them unchecked too; the head parse validates the whole body once).
+/// This is what serde_json does for a struct with these fields and the rest ignored, without
+/// its generic skipping: the native route's head parse and a native stream's frame check are
+/// each one pass over the bytes.
 pub fn scan_object<const N: usize>(
     body: &[u8],
     keys: [&str; N],
 ) -> Result<[Option<(usize, usize)>; N], ScanError> {
-    let mut c = Cursor { b: body, i: 0 };
+    scan_object_collecting(body, keys, None)
+}
+
+/// [`scan_object`], and also the span of every string value (quotes included) of a member whose
+/// name is, as written, `strings_named.0`, at any depth, pushed on `strings_named.1` in document
+/// order: a native stream frame is checked and its model names found in the one pass.
+pub fn scan_object_collecting<const N: usize>(
+    body: &[u8],
+    keys: [&str; N],
+    strings_named: Option<(&str, &mut Vec<(usize, usize)>)>,
+) -> Result<[Option<(usize, usize)>; N], ScanError> {
+    let (collect_name, collect) = match strings_named {
+        Some((n, v)) => (n.as_bytes(), Some(v)),
+        None => (&b""[..], None),
+    };
+    let mut c = Cursor {
+        b: body,
+        i: 0,
+        collect_name,
+        collect,
+        collecting: false,
+    };
     let mut found = [None; N];
     c.ws();
     if c.peek() != b'{' {
@@ -59,6 +81,7 @@ pub fn scan_object<const N: usize>(
             c.i += 1;
             c.ws();
             let start = c.i;
+            c.collecting = c.collects(name, escaped);
             c.value(1)?;
             let end = c.i;
             let which = if escaped {
@@ -66,6 +89,12 @@ pub fn scan_object<const N: usize>(
                 let name = decode_str(name).map_err(|what| ScanError::Syntax { what, at })?;
                 keys.iter().position(|k| *k == name)
             } else {
+                if !name.is_ascii() && std::str::from_utf8(name).is_err() {
+                    return Err(ScanError::Syntax {
+                        what: "a UTF-8 member name",
+                        at: name_start,
+                    });
+                }
                 keys.iter().position(|k| k.as_bytes() == name)
             };
             if let Some(k) = which {
@@ -237,13 +266,18 @@ fn hex4(digits: Option<&[u8]>) -> Option<u16> {
     Some(n)
 }
 
-/// A position in a document being checked.
-struct Cursor<'a> {
+/// A position in a document being checked, and what it collects on the way.
+struct Cursor<'a, 'c> {
     b: &'a [u8],
     i: usize,
+    /// Members whose string values are collected, and where they go.
+    collect_name: &'c [u8],
+    collect: Option<&'c mut Vec<(usize, usize)>>,
+    /// The value about to be read is one to collect.
+    collecting: bool,
 }
 
-impl Cursor<'_> {
+impl Cursor<'_, '_> {
     /// The byte at the cursor, 0 past the end (0 is never valid where a token is expected).
     #[inline]
     fn peek(&self) -> u8 {
@@ -252,9 +286,25 @@ impl Cursor<'_> {
 
     #[inline]
     fn ws(&mut self) {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.b.get(self.i) {
-            self.i += 1;
+        // Every whitespace byte is at most b' ': one comparison when there is none (the usual).
+        while self.peek() <= b' ' {
+            match self.peek() {
+                b' ' | b'\n' | b'\r' | b'\t' => self.i += 1,
+                _ => return,
+            }
         }
+    }
+
+    /// Whether the value of a member named `name` (as written) is one to collect. Length and
+    /// first byte are compared before the bytes, which spares most names a `memcmp`.
+    #[inline(always)]
+    fn collects(&self, name: &[u8], escaped: bool) -> bool {
+        let want = self.collect_name;
+        self.collect.is_some()
+            && name.len() == want.len()
+            && name.first() == want.first()
+            && !escaped
+            && name == want
     }
 
     #[cold]
@@ -271,9 +321,16 @@ impl Cursor<'_> {
         'value: loop {
             match self.peek() {
                 b'"' => {
+                    let start = self.i;
                     self.string()?;
+                    if self.collecting {
+                        if let Some(v) = self.collect.as_deref_mut() {
+                            v.push((start, self.i));
+                        }
+                    }
                 }
                 c @ (b'{' | b'[') => {
+                    self.collecting = false;
                     if depth + open >= MAX_DEPTH {
                         return Err(ScanError::TooDeep);
                     }
@@ -298,6 +355,7 @@ impl Cursor<'_> {
                 b'-' | b'0'..=b'9' => self.number()?,
                 _ => return Err(self.syntax("a value")),
             }
+            self.collecting = false;
             // After a complete value: close what ends here, or go on to the next element.
             while open > 0 {
                 self.ws();
@@ -324,11 +382,14 @@ impl Cursor<'_> {
     }
 
     /// A member name and its colon inside a nested object, leaving the cursor on the value.
+    #[inline(always)]
     fn member_name(&mut self) -> Result<(), ScanError> {
         if self.peek() != b'"' {
             return Err(self.syntax("a member name"));
         }
-        self.string()?;
+        let start = self.i + 1;
+        let escaped = self.string()?;
+        self.collecting = self.collects(&self.b[start..self.i - 1], escaped);
         self.ws();
         if self.peek() != b':' {
             return Err(self.syntax("`:`"));
@@ -340,6 +401,7 @@ impl Cursor<'_> {
 
     /// A string literal, the cursor on its opening quote; returns whether it has escapes. Runs of
     /// plain bytes are skipped eight at a time.
+    #[inline(always)]
     fn string(&mut self) -> Result<bool, ScanError> {
         let b = self.b;
         let mut i = self.i + 1;
@@ -460,35 +522,13 @@ fn special_bytes(w: u64) -> u64 {
     control | has_byte(w, b'"') | has_byte(w, b'\\')
 }
 
-/// Replaces the string value of every `"model":` key (optionally one space after the colon) by
-/// `to` while copying `data` to `out`. Used on native streams, where the model name can sit at
-/// any depth (`message.model`, `response.model`) and parsing each frame would cost more than the
-/// search. Text inside JSON strings cannot match: its quotes are escaped. Any value is replaced,
-/// not only the configured upstream name, because upstreams answer with dated snapshot names.
-pub fn copy_renaming_model(
-    out: &mut BytesMut,
-    data: &[u8],
-    finder: &memchr::memmem::Finder<'_>,
-    to: &[u8],
-) {
+/// Copies `data` to `out` with each of `spans` (ascending, not overlapping) replaced by `to`.
+pub fn copy_replacing(out: &mut BytesMut, data: &[u8], spans: &[(usize, usize)], to: &[u8]) {
     let mut pos = 0;
-    while let Some(off) = finder.find(&data[pos..]) {
-        let key_end = pos + off + b"\"model\":".len();
-        let mut v = key_end;
-        if data.get(v) == Some(&b' ') {
-            v += 1;
-        }
-        match string_end(data, v) {
-            Some(end) => {
-                out.extend_from_slice(&data[pos..v]);
-                out.extend_from_slice(to);
-                pos = end;
-            }
-            None => {
-                out.extend_from_slice(&data[pos..key_end]);
-                pos = key_end;
-            }
-        }
+    for &(s, e) in spans {
+        out.extend_from_slice(&data[pos..s]);
+        out.extend_from_slice(to);
+        pos = e;
     }
     out.extend_from_slice(&data[pos..]);
 }
@@ -679,18 +719,16 @@ mod tests {
     }
 
     #[test]
-    fn renames_model_in_stream_frames() {
-        let f = memchr::memmem::Finder::new(b"\"model\":");
+    fn collects_model_strings_at_any_depth_and_renames_them() {
+        let data = br#"{"message":{"model": "up-2024","x":{"model":"o\"q","t":"say \"model\":\"x\""}},"model":"up","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"esc"}"#;
+        let mut spans = Vec::new();
+        let [error] = scan_object_collecting(data, ["error"], Some(("model", &mut spans))).unwrap();
+        assert_eq!(error, None);
         let mut out = BytesMut::new();
-        copy_renaming_model(
-            &mut out,
-            br#"{"message":{"model": "up-2024","x":{"model":"o\"q","t":"say \"model\":\"x\""}},"model":"up","n":{"model":3}}"#,
-            &f,
-            br#""alias""#,
-        );
+        copy_replacing(&mut out, data, &spans, br#""alias""#);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3}}"#
+            r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"esc"}"#
         );
     }
 }

@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -29,6 +29,8 @@ pub struct SseBody {
     /// Armed for `last_data + idle`, but only moved when it fires: re-registering a timer for
     /// every frame would cost more than the frame.
     timer: Pin<Box<tokio::time::Sleep>>,
+    /// The waker the timer was last polled with.
+    timer_waker: Option<Waker>,
     last_data: tokio::time::Instant,
     upstream_done: bool,
     done: bool,
@@ -49,6 +51,7 @@ impl SseBody {
             out: BytesMut::with_capacity(1024),
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
+            timer_waker: None,
             last_data: tokio::time::Instant::now(),
             upstream_done: false,
             done: false,
@@ -101,6 +104,16 @@ impl SseBody {
                     }
                 }
                 Poll::Pending => {
+                    // Polling the timer registers this task's waker with it; while the waker is
+                    // the same and the timer has not fired, that registration stands.
+                    let registered = self
+                        .timer_waker
+                        .as_ref()
+                        .is_some_and(|w| w.will_wake(cx.waker()));
+                    if registered && !self.timer.is_elapsed() {
+                        return Poll::Pending;
+                    }
+                    self.timer_waker = Some(cx.waker().clone());
                     while self.timer.as_mut().poll(cx).is_ready() {
                         let due = self.last_data + self.idle;
                         if due <= tokio::time::Instant::now() {
