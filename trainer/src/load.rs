@@ -657,17 +657,26 @@ pub struct LoadArgs {
     /// Status every response must have.
     #[arg(long, default_value_t = 200)]
     pub expect_status: u16,
+    /// An extra request header, `NAME: VALUE` (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
 }
 
 /// Run `trainer load`; fails when any request failed.
 pub fn cli(args: LoadArgs) -> anyhow::Result<()> {
-    let req = match &args.body {
+    let mut req = match &args.body {
         Some(p) => Request::post_json(
             &args.path,
             std::fs::read(p).map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?,
         ),
         None => Request::get(&args.path),
     };
+    for h in &args.headers {
+        let (name, value) = h
+            .split_once(':')
+            .ok_or_else(|| anyhow::anyhow!("--header {h:?}: expected NAME: VALUE"))?;
+        req = req.header(name.trim(), value.trim());
+    }
     let stop = match (args.requests, args.seconds) {
         (Some(n), _) => Stop::Total(n),
         (None, Some(s)) => Stop::Until(Instant::now() + Duration::from_secs_f64(s)),

@@ -5,7 +5,6 @@
 //! `Arc`; everything a request needs (upstream URIs, auth header values, the model name already
 //! JSON-quoted) is computed here once, not per request.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,12 +21,12 @@ use crate::posture::access_log::AccessLogConfig;
 use crate::posture::auth::Keys;
 use crate::posture::limits::Limits;
 use crate::posture::metrics::{MetricsConfig, ModelLabels, UpstreamLabels};
-use crate::routing::{Policy, Route};
+use crate::routing::{AliasMap, Policy, Route};
 
 /// The immutable view of the configuration that requests run against.
 #[derive(Debug)]
 pub struct Snapshot {
-    pub routes: HashMap<String, Arc<Route>>,
+    pub routes: AliasMap<Arc<Route>>,
     /// `GET /v1/models` never changes between reloads, so it is rendered once.
     pub models_body: Bytes,
     pub upstream_timeout: Duration,
@@ -276,10 +275,9 @@ mod tests {
         assert_eq!(c.listen.workers, 1);
         let r = &c.snapshot.routes["gpt"];
         assert_eq!(&r.deployments[0].upstream_json[..], b"\"mock-gpt\"");
-        assert_eq!(
-            r.deployments[0].provider.chat_uri,
-            "http://127.0.0.1:9/v1/chat/completions"
-        );
+        let p = &r.deployments[0].provider;
+        assert_eq!(p.origin.host, "127.0.0.1:9");
+        assert_eq!(p.chat_path, "/v1/chat/completions");
         assert!(
             c.warnings.iter().all(|w| !w.contains("unknown key")),
             "{:?}",
@@ -289,10 +287,15 @@ mod tests {
           "providers":{"o":{"kind":"anthropic","base_url":"https://api.example.com","api_key_env":"NOPE_X"}},
           "models":{"c":{"provider":"o","model":"m"}}}"#;
         let c = parse(https).ok().unwrap();
-        assert_eq!(
-            c.snapshot.routes["c"].deployments[0].provider.messages_uri,
-            "https://api.example.com/v1/messages"
-        );
+        let p = &c.snapshot.routes["c"].deployments[0].provider;
+        assert_eq!(p.origin.host, "api.example.com");
+        assert_eq!(p.messages_path, "/v1/messages");
+        let prefixed = br#"{"listen":"127.0.0.1:0",
+          "providers":{"o":{"kind":"openai","base_url":"https://gw.example.com/openai/","api_key_env":"NOPE_X"}},
+          "models":{"c":{"provider":"o","model":"m"}}}"#;
+        let c = parse(prefixed).ok().unwrap();
+        let p = &c.snapshot.routes["c"].deployments[0].provider;
+        assert_eq!(p.responses_path, "/openai/v1/responses");
         assert!(
             c.warnings.iter().all(|w| !w.contains("max_connections")),
             "max_connections is a known key: {:?}",

@@ -1,19 +1,24 @@
 //! Body types for both directions, and the responses built from them.
 //!
 //! Responses are either a complete buffer or an SSE stream that is transformed while the client
-//! reads it ([`crate::http::stream`]). Upstream request bodies are a few `Bytes` pieces so that the
-//! native route can send the client's body with only the model name replaced, without copying it.
+//! reads it ([`crate::http::stream`]). Upstream request bodies are a few `Bytes` pieces
+//! ([`UpBody`]) so that the native route can send the client's body with only the model name
+//! replaced, without copying it.
 
-use std::pin::Pin;
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode};
-use hyper::body::{Body, Frame, SizeHint};
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::stream::SseBody;
+
+pub use crate::http::pieces::UpBody;
 
 pub type GwResponse = Response<GwBody>;
 
@@ -58,22 +63,30 @@ impl Body for GwBody {
 }
 
 pub fn json_response(status: StatusCode, body: Bytes) -> GwResponse {
-    json_response_parts(status, UpBody::one(body))
+    json_response_parts(status, UpBody::one(body), HeaderMap::new())
 }
 
-pub fn json_response_parts(status: StatusCode, body: UpBody) -> GwResponse {
+/// A JSON response whose headers are written into `headers` (emptied here: passing a used map,
+/// such as the upstream response's, reuses its capacity instead of allocating a new one).
+pub fn json_response_parts(status: StatusCode, body: UpBody, headers: HeaderMap) -> GwResponse {
     let mut r = Response::new(GwBody::Full(body));
     *r.status_mut() = status;
-    r.headers_mut().insert(
+    let h = r.headers_mut();
+    *h = headers;
+    h.clear();
+    h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     r
 }
 
-pub fn sse_response(body: SseBody) -> GwResponse {
+/// An SSE response, its headers written into `headers` as in [`json_response_parts`].
+pub fn sse_response(body: SseBody, headers: HeaderMap) -> GwResponse {
     let mut r = Response::new(GwBody::Sse(Box::new(body)));
     let h = r.headers_mut();
+    *h = headers;
+    h.clear();
     h.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
@@ -95,55 +108,66 @@ pub fn error_response(err: &GwError, dialect: Dialect) -> GwResponse {
     resp
 }
 
-/// A body made of up to three pieces, sent back to back: the native route's request (client body
-/// with the model replaced) and response (upstream body with the alias put back), without copying.
-pub struct UpBody {
-    parts: [Option<Bytes>; 3],
-    len: u64,
+/// Why a body could not be read whole.
+#[derive(Debug)]
+pub enum ReadError {
+    /// It is longer than the limit (known from its length before reading, or found while reading).
+    TooLarge,
+    /// It did not end before the deadline.
+    TimedOut,
+    /// The connection failed or the framing was broken.
+    Broken(hyper::Error),
 }
 
-impl UpBody {
-    pub fn one(b: Bytes) -> Self {
-        let len = b.len() as u64;
-        UpBody {
-            parts: [Some(b), None, None],
-            len,
-        }
+/// The whole of `body`, at most `limit` bytes, by `deadline` (called only if the body is not
+/// already complete in hyper's buffer, so that the common case arms no timer). A body that
+/// arrives in one piece is returned as that piece, without a copy; one in several pieces is
+/// copied once into a buffer of its announced length.
+pub async fn read_all(
+    body: Incoming,
+    limit: usize,
+    deadline: impl FnOnce() -> tokio::time::Instant,
+) -> Result<Bytes, ReadError> {
+    if body.size_hint().lower() > limit as u64 {
+        return Err(ReadError::TooLarge);
     }
-    pub fn three(a: Bytes, b: Bytes, c: Bytes) -> Self {
-        let len = (a.len() + b.len() + c.len()) as u64;
-        UpBody {
-            parts: [Some(a), Some(b), Some(c)],
-            len,
-        }
+    let mut read = pin!(read_pieces(body, limit));
+    if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+        return r;
+    }
+    match tokio::time::timeout_at(deadline(), read).await {
+        Ok(r) => r,
+        Err(_) => Err(ReadError::TimedOut),
     }
 }
 
-impl Body for UpBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        for p in this.parts.iter_mut() {
-            if let Some(b) = p.take() {
-                this.len -= b.len() as u64;
-                if !b.is_empty() {
-                    return Poll::Ready(Some(Ok(Frame::data(b))));
-                }
+async fn read_pieces(mut body: Incoming, limit: usize) -> Result<Bytes, ReadError> {
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(ReadError::Broken)?.into_data() else {
+            continue; // trailers
+        };
+        total += data.len();
+        if total > limit {
+            return Err(ReadError::TooLarge);
+        }
+        match (&mut joined, first.take()) {
+            (Some(j), _) => j.extend_from_slice(&data),
+            (None, None) => first = Some(data),
+            (None, Some(f)) => {
+                let expected = body.size_hint().lower() as usize + total;
+                let mut j = BytesMut::with_capacity(expected.min(limit));
+                j.extend_from_slice(&f);
+                j.extend_from_slice(&data);
+                joined = Some(j);
             }
         }
-        Poll::Ready(None)
     }
-
-    fn is_end_stream(&self) -> bool {
-        self.len == 0
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.len)
-    }
+    Ok(match (joined, first) {
+        (Some(j), _) => j.freeze(),
+        (None, Some(f)) => f,
+        (None, None) => Bytes::new(),
+    })
 }

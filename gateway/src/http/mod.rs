@@ -1,9 +1,12 @@
 //! HTTP plumbing that knows nothing of routes, configuration or posture: the body types of both
-//! directions and the responses built from them ([`body`]), the client-facing SSE body that drives
-//! a stream transform ([`stream`]), the upstream connection pool ([`client`]) and TLS to https
-//! upstreams ([`tls`]).
+//! directions and the responses built from them ([`body`], [`pieces`]), the client-facing SSE
+//! body that drives a stream transform ([`stream`]), the upstream connection pool ([`client`]),
+//! TLS to https upstreams ([`tls`]) and header values made per request without an allocation
+//! ([`arena`]).
 
+pub mod arena;
 pub mod body;
 pub mod client;
+pub mod pieces;
 pub mod stream;
 pub mod tls;

@@ -1,11 +1,12 @@
 //! The client-facing SSE body. It polls the upstream body itself (no task, no channel): when the
 //! client goes away hyper drops the body, which drops the upstream response and so cancels the
 //! upstream request, and back-pressure flows from the client socket to the upstream socket for
-//! free. Each complete upstream event goes through the route's [`StreamTransform`].
+//! free. Each complete upstream event goes through the route's [`StreamTransform`]. The upstream
+//! connection goes back to its pool when the upstream stream has ended cleanly.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -13,10 +14,13 @@ use hyper::body::{Body, Incoming};
 
 use crate::dialect::error::GwError;
 use crate::dialect::transform::StreamTransform;
+use crate::http::client::Conn;
 use crate::sse::SseSplitter;
 
 pub struct SseBody {
     upstream: Incoming,
+    /// The upstream connection, released when `upstream` has ended cleanly.
+    conn: Option<Conn>,
     splitter: SseSplitter,
     transform: Box<dyn StreamTransform>,
     out: BytesMut,
@@ -25,20 +29,29 @@ pub struct SseBody {
     /// Armed for `last_data + idle`, but only moved when it fires: re-registering a timer for
     /// every frame would cost more than the frame.
     timer: Pin<Box<tokio::time::Sleep>>,
+    /// The waker the timer was last polled with.
+    timer_waker: Option<Waker>,
     last_data: tokio::time::Instant,
     upstream_done: bool,
     done: bool,
 }
 
 impl SseBody {
-    pub fn new(upstream: Incoming, transform: Box<dyn StreamTransform>, idle: Duration) -> Self {
+    pub fn new(
+        upstream: Incoming,
+        conn: Conn,
+        transform: Box<dyn StreamTransform>,
+        idle: Duration,
+    ) -> Self {
         SseBody {
             upstream,
+            conn: Some(conn),
             splitter: SseSplitter::default(),
             transform,
             out: BytesMut::with_capacity(1024),
             idle,
             timer: Box::pin(tokio::time::sleep(idle)),
+            timer_waker: None,
             last_data: tokio::time::Instant::now(),
             upstream_done: false,
             done: false,
@@ -78,6 +91,9 @@ impl SseBody {
                 }
                 Poll::Ready(None) => {
                     self.upstream_done = true;
+                    if let Some(c) = self.conn.take() {
+                        c.release();
+                    }
                     let r = match self.splitter.finish() {
                         Some(ev) => self.transform.on_event(&ev, &mut self.out),
                         None => Ok(()),
@@ -88,6 +104,16 @@ impl SseBody {
                     }
                 }
                 Poll::Pending => {
+                    // Polling the timer registers this task's waker with it; while the waker is
+                    // the same and the timer has not fired, that registration stands.
+                    let registered = self
+                        .timer_waker
+                        .as_ref()
+                        .is_some_and(|w| w.will_wake(cx.waker()));
+                    if registered && !self.timer.is_elapsed() {
+                        return Poll::Pending;
+                    }
+                    self.timer_waker = Some(cx.waker().clone());
                     while self.timer.as_mut().poll(cx).is_ready() {
                         let due = self.last_data + self.idle;
                         if due <= tokio::time::Instant::now() {

@@ -33,6 +33,7 @@ use crate::config::check::ConfigError;
 use crate::dialect::error::GwError;
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::Dialect;
+use crate::http::arena;
 use crate::http::body::GwResponse;
 use crate::json;
 use crate::posture::auth::Caller;
@@ -99,7 +100,9 @@ impl AccessLogConfig {
 struct Sink {
     enabled: AtomicBool,
     buffers: Mutex<Vec<Arc<Mutex<Vec<u8>>>>>,
-    out: Mutex<Box<dyn Write + Send>>,
+    /// The sink, and the emptied buffer the next full one is swapped with (so a worker's buffer
+    /// keeps its capacity across flushes instead of growing again from nothing).
+    out: Mutex<(Box<dyn Write + Send>, Vec<u8>)>,
 }
 
 fn sink() -> &'static Sink {
@@ -115,7 +118,7 @@ fn sink() -> &'static Sink {
         Sink {
             enabled: AtomicBool::new(true),
             buffers: Mutex::new(Vec::new()),
-            out: Mutex::new(Box::new(std::io::stderr())),
+            out: Mutex::new((Box::new(std::io::stderr()), Vec::with_capacity(64 * 1024))),
         }
     })
 }
@@ -131,7 +134,7 @@ pub fn init(cfg: &AccessLogConfig) -> anyhow::Result<()> {
             .append(true)
             .open(p)
             .map_err(|e| anyhow::anyhow!("cannot open access log {p}: {e}"))?;
-        *s.out.lock().unwrap() = Box::new(f);
+        s.out.lock().unwrap().0 = Box::new(f);
     }
     Ok(())
 }
@@ -141,17 +144,17 @@ pub fn init(cfg: &AccessLogConfig) -> anyhow::Result<()> {
 pub fn flush() {
     let s = sink();
     let bufs: Vec<_> = s.buffers.lock().unwrap().clone();
-    let mut out = s.out.lock().unwrap();
-    let mut spare = Vec::new();
+    let mut guard = s.out.lock().unwrap();
+    let (out, spare) = &mut *guard;
     for b in bufs {
         {
             let mut g = b.lock().unwrap();
             if g.is_empty() {
                 continue;
             }
-            std::mem::swap(&mut *g, &mut spare);
+            std::mem::swap(&mut *g, spare);
         }
-        let _ = out.write_all(&spare);
+        let _ = out.write_all(spare);
         spare.clear();
     }
     let _ = out.flush();
@@ -192,8 +195,8 @@ fn splitmix(mut z: u64) -> u64 {
 }
 
 /// A fresh request id: 24 hex digits, a per-thread random prefix and a per-thread counter, so
-/// unique within the process and very unlikely to repeat across restarts. No allocation besides
-/// the header value itself.
+/// unique within the process and very unlikely to repeat across restarts. No allocation of its
+/// own: the value is cut from the per-thread header-value arena.
 pub fn new_request_id() -> HeaderValue {
     let (mut seed, n) = ID.get();
     if seed == 0 {
@@ -214,7 +217,7 @@ pub fn new_request_id() -> HeaderValue {
     for (i, b) in buf[16..].iter_mut().enumerate() {
         *b = HEX[((n >> (28 - 4 * i)) & 0xf) as usize];
     }
-    HeaderValue::from_bytes(&buf).expect("hex digits")
+    arena::visible_ascii(&buf)
 }
 
 /// The client's `x-request-id` when it is reasonable (1..=128 visible characters from a safe
@@ -325,17 +328,10 @@ impl<'a> Scan<'a> {
     /// A string's raw bytes (escapes not decoded); the cursor is on its opening quote.
     fn string(&mut self) -> Option<&'a [u8]> {
         let start = self.i + 1;
-        let mut j = start;
-        loop {
-            match *self.b.get(j)? {
-                b'"' => break,
-                b'\\' => j += 2,
-                _ => j += 1,
-            }
-        }
-        self.i = j + 1;
+        let end = json::string_end(self.b, self.i)?;
+        self.i = end;
         let b: &'a [u8] = self.b;
-        b.get(start..j)
+        b.get(start..end - 1)
     }
     fn number(&mut self) -> Option<u64> {
         let mut n: u64 = 0;
@@ -424,7 +420,7 @@ pub struct Record {
     request_id: HeaderValue,
     /// `x-ratelimit-*` of the admitting policy, for the response (empty without rate policies).
     ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
-    inner: Option<Box<Inner>>,
+    inner: Option<Inner>,
 }
 
 impl Record {
@@ -435,7 +431,7 @@ impl Record {
         Record {
             request_id: request_id.clone(),
             ratelimit_headers: Vec::new(),
-            inner: Some(Box::new(Inner {
+            inner: Some(Inner {
                 t0: Instant::now(),
                 start_wall: SystemTime::now(),
                 route,
@@ -459,12 +455,12 @@ impl Record {
                 failed: Vec::new(),
                 lease: None,
                 finished: false,
-            })),
+            }),
         }
     }
 
     fn with(&mut self, f: impl FnOnce(&mut Inner)) {
-        if let Some(i) = self.inner.as_deref_mut() {
+        if let Some(i) = self.inner.as_mut() {
             f(i)
         }
     }
@@ -586,7 +582,7 @@ impl Record {
         for (n, v) in self.ratelimit_headers.drain(..) {
             h.insert(n, v);
         }
-        if let Some(i) = self.inner.as_deref_mut() {
+        if let Some(i) = self.inner.as_mut() {
             if let Some(r) = &i.rejected {
                 r.apply_headers(h);
             }
@@ -619,14 +615,14 @@ impl Drop for Record {
 /// events and finish the record when the stream is dropped.
 struct Tracked {
     inner: Box<dyn StreamTransform>,
-    rec: Option<Box<Inner>>,
+    rec: Option<Inner>,
     delta: memchr::memmem::Finder<'static>,
     usage_key: memchr::memmem::Finder<'static>,
 }
 
 impl StreamTransform for Tracked {
     fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
-        if let Some(r) = self.rec.as_deref_mut() {
+        if let Some(r) = self.rec.as_mut() {
             // Named events (Anthropic Messages, OpenAI Responses upstreams) say by their name
             // whether they are content or carry usage, which spares a search of every frame;
             // chat completions frames have no name and are searched.
@@ -655,25 +651,25 @@ impl StreamTransform for Tracked {
             }
         }
         let res = self.inner.on_event(ev, out);
-        if let (Err(e), Some(r)) = (&res, self.rec.as_deref_mut()) {
+        if let (Err(e), Some(r)) = (&res, self.rec.as_mut()) {
             r.stream_error = Some(e.message.chars().take(200).collect());
         }
         res
     }
 
     fn on_end(&mut self, out: &mut BytesMut) -> Result<(), GwError> {
-        if let Some(r) = self.rec.as_deref_mut() {
+        if let Some(r) = self.rec.as_mut() {
             r.upstream_end = Some(Instant::now());
         }
         let res = self.inner.on_end(out);
-        if let (Err(e), Some(r)) = (&res, self.rec.as_deref_mut()) {
+        if let (Err(e), Some(r)) = (&res, self.rec.as_mut()) {
             r.stream_error = Some(e.message.chars().take(200).collect());
         }
         res
     }
 
     fn on_error(&mut self, err: &GwError, out: &mut BytesMut) {
-        if let Some(r) = self.rec.as_deref_mut() {
+        if let Some(r) = self.rec.as_mut() {
             if r.stream_error.is_none() {
                 r.stream_error = Some(err.message.chars().take(200).collect());
             }
@@ -696,7 +692,7 @@ impl Drop for Tracked {
     }
 }
 
-fn finish(mut i: Box<Inner>) {
+fn finish(mut i: Inner) {
     if i.finished {
         return;
     }
@@ -770,7 +766,10 @@ fn write_line(
     out.extend_from_slice(b"{\"ts\":\"");
     write_rfc3339(out, i.start_wall);
     out.extend_from_slice(b"\",\"request_id\":");
-    json::write_str(out, i.request_id.to_str().unwrap_or("-"));
+    // A request id is visible ASCII from a set that needs no escaping (see `request_id`).
+    out.push(b'"');
+    out.extend_from_slice(i.request_id.as_bytes());
+    out.push(b'"');
     out.extend_from_slice(b",\"route\":\"");
     out.extend_from_slice(match i.route {
         Dialect::Chat => b"/v1/chat/completions".as_slice(),
@@ -779,7 +778,7 @@ fn write_line(
     });
     out.extend_from_slice(b"\",\"model\":");
     match (&i.target, &i.asked_model) {
-        (Some(r), _) => json::write_str(out, &r.alias),
+        (Some(r), _) => out.extend_from_slice(&r.alias_json),
         (None, Some(m)) => json::write_str(out, m),
         (None, None) => out.extend_from_slice(b"null"),
     }
@@ -795,12 +794,12 @@ fn write_line(
     });
     out.extend_from_slice(b",\"provider\":");
     match deployment {
-        Some(d) => json::write_str(out, &d.provider.name),
+        Some(d) => out.extend_from_slice(&d.provider_json),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"upstream_model\":");
     match deployment {
-        Some(d) => json::write_str(out, &d.upstream_model),
+        Some(d) => out.extend_from_slice(&d.upstream_json),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"attempts\":");
@@ -816,9 +815,9 @@ fn write_line(
                 out.push(b',');
             }
             out.extend_from_slice(b"{\"provider\":");
-            json::write_str(out, &d.provider.name);
+            out.extend_from_slice(&d.provider_json);
             out.extend_from_slice(b",\"upstream_model\":");
-            json::write_str(out, &d.upstream_model);
+            out.extend_from_slice(&d.upstream_json);
             out.extend_from_slice(b",\"outcome\":\"");
             out.extend_from_slice(outcome.as_str().as_bytes());
             out.push(b'"');

@@ -17,7 +17,6 @@
 //! "metrics": { "listen": "127.0.0.1:9464" }      // "enabled": false turns the listener off
 //! ```
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -30,6 +29,7 @@ use serde_json::Value;
 use crate::config::check::ConfigError;
 use crate::dialect::Dialect;
 use crate::posture::limits::{Kind, Scope};
+use crate::routing::AliasMap;
 
 /// The most aliases that get their own `model` label value; the rest count as `other`.
 pub const MAX_MODELS: usize = 64;
@@ -215,7 +215,7 @@ fn with_shard<R>(f: impl FnOnce(&Shard) -> R) -> R {
 /// request path needs no lock to find a label.
 #[derive(Debug, Default)]
 pub struct ModelLabels {
-    map: HashMap<String, u16>,
+    map: AliasMap<u16>,
 }
 
 impl ModelLabels {
@@ -224,7 +224,7 @@ impl ModelLabels {
         let mut sorted: Vec<&str> = aliases.into_iter().collect();
         sorted.sort_unstable();
         let mut names = registry().models.lock().unwrap();
-        let mut map = HashMap::with_capacity(sorted.len());
+        let mut map = AliasMap::with_capacity_and_hasher(sorted.len(), Default::default());
         for a in sorted {
             let idx = match names.iter().skip(2).position(|n| n == a) {
                 Some(i) => (i + 2) as u16,

@@ -5,9 +5,10 @@ pub mod anthropic;
 pub mod openai;
 pub mod upstream;
 
-use http::Request;
+use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
 
 use crate::dialect::Dialect;
+use crate::http::arena;
 use crate::http::body::UpBody;
 use crate::provider::upstream::{Provider, ProviderKind};
 
@@ -21,9 +22,33 @@ pub fn upstream_dialect(client: Dialect, kind: ProviderKind) -> Dialect {
     }
 }
 
-pub fn request(p: &Provider, dialect: Dialect, body: UpBody) -> Request<UpBody> {
+/// The request for `p` in `dialect` carrying `body`. `headers` is a map to write its headers
+/// into (emptied here: a used one is passed so that its capacity is reused).
+pub fn request(
+    p: &Provider,
+    dialect: Dialect,
+    body: UpBody,
+    headers: HeaderMap,
+) -> Request<UpBody> {
     match p.kind {
-        ProviderKind::OpenAi => openai::request(p, dialect, body),
-        ProviderKind::Anthropic => anthropic::request(p, body),
+        ProviderKind::OpenAi => openai::request(p, dialect, body, headers),
+        ProviderKind::Anthropic => anthropic::request(p, body, headers),
     }
+}
+
+/// A POST of a JSON `body` to `uri` (origin-form) at `p`, with what every upstream request
+/// carries: `host`, `content-type` and `content-length` (set here so that hyper does not build it).
+fn request_to(p: &Provider, uri: Uri, body: UpBody, mut headers: HeaderMap) -> Request<UpBody> {
+    headers.clear();
+    headers.insert(header::HOST, p.origin.host.clone());
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::CONTENT_LENGTH, arena::decimal(body.len()));
+    let mut r = Request::new(body);
+    *r.method_mut() = Method::POST;
+    *r.uri_mut() = uri;
+    *r.headers_mut() = headers;
+    r
 }

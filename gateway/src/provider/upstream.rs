@@ -8,6 +8,7 @@ use http::{HeaderValue, Uri};
 use serde_json::{Map, Value};
 
 use crate::config::check::Checker;
+use crate::http::client::Origin;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProviderKind {
@@ -32,12 +33,31 @@ impl ProviderKind {
 pub struct Provider {
     pub name: String,
     pub kind: ProviderKind,
-    pub chat_uri: Uri,
-    pub messages_uri: Uri,
-    pub responses_uri: Uri,
+    /// Where its connections go (and its `host` header).
+    pub origin: Origin,
+    /// Each dialect's endpoint in origin-form (the base URL's path included), as HTTP/1.1 sends it.
+    pub chat_path: Uri,
+    pub messages_path: Uri,
+    pub responses_path: Uri,
     /// `Authorization: Bearer …` for openai, `x-api-key` for anthropic; `None` when the
     /// environment variable is unset (the upstream then decides whether that is acceptable).
     pub auth: Option<HeaderValue>,
+}
+
+impl Provider {
+    /// A provider at `http://h` without credentials, for tests of the layers above.
+    #[cfg(test)]
+    pub fn stub(name: &str, kind: ProviderKind) -> Provider {
+        Provider {
+            name: name.into(),
+            kind,
+            origin: Origin::of(&Uri::from_static("http://h")).unwrap(),
+            chat_path: Uri::from_static("/v1/chat/completions"),
+            messages_path: Uri::from_static("/v1/messages"),
+            responses_path: Uri::from_static("/v1/responses"),
+            auth: None,
+        }
+    }
 }
 
 /// The `providers` section: every provider that passes its checks, by name.
@@ -127,17 +147,27 @@ pub fn from_config(c: &mut Checker, name: &str, v: &Value, path: &str) -> Option
             None
         }
     };
-    let uri = |suffix: &str| -> Uri {
-        format!("{base}{suffix}")
+    let base: Uri = base.parse().expect("base_url was checked to parse");
+    let origin = match Origin::of(&base) {
+        Ok(o) => o,
+        Err(e) => {
+            c.err(format!("{path}.base_url"), e);
+            return None;
+        }
+    };
+    let prefix = base.path().trim_end_matches('/');
+    let path = |suffix: &str| -> Uri {
+        format!("{prefix}{suffix}")
             .parse()
-            .expect("base_url was checked to parse")
+            .expect("a checked URL's path stays a path")
     };
     Some(Provider {
         name: name.to_owned(),
         kind,
-        chat_uri: uri("/v1/chat/completions"),
-        messages_uri: uri("/v1/messages"),
-        responses_uri: uri("/v1/responses"),
+        origin,
+        chat_path: path("/v1/chat/completions"),
+        messages_path: path("/v1/messages"),
+        responses_path: path("/v1/responses"),
         auth,
     })
 }

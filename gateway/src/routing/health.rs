@@ -392,20 +392,16 @@ mod tests {
 
     /// The routes of a `models` section over providers `a` and `b` (each test thread has its own
     /// worker state).
-    fn routes(models: serde_json::Value) -> HashMap<String, Arc<Route>> {
+    fn routes(models: serde_json::Value) -> crate::routing::AliasMap<Arc<Route>> {
         let top = serde_json::json!({"providers": {}, "models": models});
         let mut providers = HashMap::new();
         for name in ["a", "b", "c"] {
             providers.insert(
                 name.to_owned(),
-                Arc::new(crate::provider::upstream::Provider {
-                    name: name.into(),
-                    kind: crate::provider::upstream::ProviderKind::OpenAi,
-                    chat_uri: "http://h/v1/chat/completions".parse().unwrap(),
-                    messages_uri: "http://h/v1/messages".parse().unwrap(),
-                    responses_uri: "http://h/v1/responses".parse().unwrap(),
-                    auth: None,
-                }),
+                Arc::new(crate::provider::upstream::Provider::stub(
+                    name,
+                    crate::provider::upstream::ProviderKind::OpenAi,
+                )),
             );
         }
         let mut c = Checker::default();

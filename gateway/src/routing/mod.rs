@@ -6,11 +6,13 @@
 //! With several, each attempt is chosen by [`health::pick`] and its outcome reported on its
 //! [`health::Lease`]; the attempt loop itself is in `serve/attempts.rs`.
 
+pub mod alias_hash;
 pub mod health;
 pub mod models;
 pub mod policy;
 pub mod route;
 
+pub use alias_hash::AliasMap;
 pub use models::{models_body, section};
 pub use policy::Policy;
 pub use route::{Deployment, Route, Strategy, Table};

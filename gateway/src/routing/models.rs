@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::config::check::Checker;
 use crate::provider::upstream::Provider;
+use crate::routing::alias_hash::AliasMap;
 use crate::routing::policy::MAX_ATTEMPTS;
 use crate::routing::route::{Deployment, Route, Strategy, Table};
 
@@ -42,9 +43,9 @@ pub fn section(
     c: &mut Checker,
     top: &Map<String, Value>,
     providers: &HashMap<String, Arc<Provider>>,
-) -> HashMap<String, Arc<Route>> {
+) -> AliasMap<Arc<Route>> {
     static GENERATION: AtomicU64 = AtomicU64::new(1);
-    let mut routes = HashMap::new();
+    let mut routes = AliasMap::default();
     let Some(models) = c.named_section(top, "models", "model") else {
         return routes;
     };
@@ -87,6 +88,7 @@ pub fn section(
             .into_iter()
             .map(|(w, upstream, choice)| Deployment {
                 upstream_json: json_string(&w.model),
+                provider_json: json_string(&w.provider.name),
                 upstream_model: w.model,
                 provider: w.provider,
                 weight: w.weight,
@@ -252,7 +254,7 @@ fn bounded(
 
 /// The `GET /v1/models` body, in a form both OpenAI's and Anthropic's SDKs read. It never changes
 /// between reloads, so it is rendered once per configuration.
-pub fn models_body(routes: &HashMap<String, Arc<Route>>) -> Bytes {
+pub fn models_body(routes: &AliasMap<Arc<Route>>) -> Bytes {
     let mut names: Vec<&String> = routes.keys().collect();
     names.sort();
     let data: Vec<Value> = names
@@ -284,7 +286,7 @@ fn json_string(s: &str) -> Bytes {
 mod tests {
     use super::*;
 
-    fn load(models: Value) -> (HashMap<String, Arc<Route>>, Checker) {
+    fn load(models: Value) -> (AliasMap<Arc<Route>>, Checker) {
         let top = serde_json::json!({
             "providers": {"a": {}, "b": {}, "broken": {}},
             "models": models,
@@ -296,14 +298,7 @@ mod tests {
         ] {
             providers.insert(
                 name.to_owned(),
-                Arc::new(Provider {
-                    name: name.into(),
-                    kind,
-                    chat_uri: "http://h/v1/chat/completions".parse().unwrap(),
-                    messages_uri: "http://h/v1/messages".parse().unwrap(),
-                    responses_uri: "http://h/v1/responses".parse().unwrap(),
-                    auth: None,
-                }),
+                Arc::new(crate::provider::upstream::Provider::stub(name, kind)),
             );
         }
         let mut c = Checker::default();

@@ -23,6 +23,8 @@ pub struct Deployment {
     pub upstream_model: String,
     /// The upstream model as a JSON string literal, spliced into native request bodies.
     pub upstream_json: Bytes,
+    /// The provider's name as a JSON string literal, for the access log.
+    pub provider_json: Bytes,
     /// Share of the traffic among deployments of the same priority.
     pub weight: u32,
     /// Lower is tried first; a higher priority only serves when every deployment of the lower

@@ -8,11 +8,11 @@
 //! error event). The client's body is shared by every attempt (`Bytes` slices); only a translated
 //! attempt writes a new body.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use tokio::time::{timeout_at, Instant};
 
 use crate::config::Snapshot;
@@ -21,7 +21,9 @@ use crate::dialect::native::NativeStream;
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::translate::{self, Translation};
 use crate::dialect::Dialect;
-use crate::http::body::{json_response, json_response_parts, sse_response, GwResponse, UpBody};
+use crate::http::body::{
+    self, json_response, json_response_parts, sse_response, GwResponse, ReadError, UpBody,
+};
 use crate::http::client::UpstreamClient;
 use crate::http::stream::SseBody;
 #[cfg(not(feature = "bench-dom-native"))]
@@ -49,6 +51,9 @@ pub struct Call<'a> {
     pub model_span: (usize, usize),
     pub stream: bool,
     pub route: &'a Route,
+    /// A header map for the next attempt's request (the client request's, emptied): taken by the
+    /// first attempt, so that it needs no new one.
+    pub headers: Cell<HeaderMap>,
 }
 
 /// How an attempt that another deployment may do better on failed (its answer is what the
@@ -170,18 +175,20 @@ async fn send(
     let d = &c.route.deployments[i];
     let native = p.translation.is_none();
     let label = c.snap.metric_upstreams.index(d.upstream);
-    let request = provider::request(&d.provider, p.dialect, p.body);
+    let request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
     let deadline = Instant::now() + c.snap.upstream_timeout;
     rec.upstream_start(i);
-    let resp = match timeout_at(deadline, c.client.request(request)).await {
+    let (resp, conn) = match timeout_at(deadline, c.client.send(&d.provider.origin, request)).await
+    {
         Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
         Ok(Err(e)) => {
-            let e = GwError::unreachable(error_chain(&e));
+            let e = GwError::unreachable(error_chain(&*e));
             return failed(lease, label, e, Connection, failure);
         }
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
+    let (head, upstream_body) = resp.into_parts();
 
     if status.is_success() && c.stream {
         metrics::attempt(label, AttemptOutcome::Ok);
@@ -194,27 +201,26 @@ async fn send(
             Some(t) => t.stream(&c.route.alias),
         };
         let transform = rec.track_stream(transform);
-        return Ok(sse_response(SseBody::new(
-            resp.into_body(),
-            transform,
-            c.snap.upstream_timeout,
-        )));
+        let body = SseBody::new(upstream_body, conn, transform, c.snap.upstream_timeout);
+        return Ok(sse_response(body, head.headers));
     }
 
     let retry_after = if status.is_success() {
         None
     } else {
-        upstream_retry_after(resp.headers())
+        upstream_retry_after(&head.headers)
     };
-    let upstream_body = Limited::new(resp.into_body(), MAX_UPSTREAM_BODY);
-    let bytes = match timeout_at(deadline, upstream_body.collect()).await {
-        Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
-        Ok(Err(e)) => {
-            let e = GwError::bad_upstream(format!("reading body: {e}"));
+    let bytes = match body::read_all(upstream_body, MAX_UPSTREAM_BODY, || deadline).await {
+        Ok(b) => b,
+        Err(ReadError::TimedOut) => {
+            return failed(lease, label, GwError::timeout(), Timeout, failure)
+        }
+        Err(e) => {
+            let e = GwError::bad_upstream(format!("reading body: {}", read_error(&e)));
             return failed(lease, label, e, Connection, failure);
         }
-        Ok(Ok(c)) => c.to_bytes(),
     };
+    conn.release();
     rec.upstream_end();
 
     if !status.is_success() {
@@ -243,16 +249,24 @@ async fn send(
         l.succeeded();
         rec.hold_lease(l);
     }
-    rec.usage_from_body(&bytes);
     match p.translation {
         #[cfg(feature = "bench-dom-native")]
-        None => Ok(json_response_parts(
-            StatusCode::OK,
-            dom_rewrite(&bytes, &c.route.alias).unwrap_or(UpBody::one(bytes)),
-        )),
+        None => {
+            rec.usage_from_body(&bytes);
+            Ok(json_response_parts(
+                StatusCode::OK,
+                dom_rewrite(&bytes, &c.route.alias).unwrap_or(UpBody::one(bytes)),
+                head.headers,
+            ))
+        }
         #[cfg(not(feature = "bench-dom-native"))]
         None => {
-            let out = match json::find_model_span(&bytes) {
+            // The walk for the top-level model stops there (it comes early in every dialect's
+            // answer); the usage is searched for from the end, where it is. An answer that is
+            // not a JSON object goes back unchanged.
+            let [model] = json::find_members(&bytes, ["model"]).unwrap_or_default();
+            rec.usage_from_body(&bytes);
+            let out = match model {
                 Some((s, e)) => UpBody::three(
                     bytes.slice(..s),
                     c.route.alias_json.clone(),
@@ -260,11 +274,13 @@ async fn send(
                 ),
                 None => UpBody::one(bytes),
             };
-            Ok(json_response_parts(StatusCode::OK, out))
+            Ok(json_response_parts(StatusCode::OK, out, head.headers))
         }
-        Some(t) => t
-            .response(&bytes, &c.route.alias)
-            .map(|b| json_response(StatusCode::OK, b)),
+        Some(t) => {
+            rec.usage_from_body(&bytes);
+            t.response(&bytes, &c.route.alias)
+                .map(|b| json_response_parts(StatusCode::OK, UpBody::one(b), head.headers))
+        }
     }
 }
 
@@ -339,7 +355,15 @@ fn upstream_error(
     (Err(err.clone()), err)
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+fn read_error(e: &ReadError) -> String {
+    match e {
+        ReadError::TooLarge => format!("longer than {MAX_UPSTREAM_BODY} bytes"),
+        ReadError::TimedOut => "timed out".into(),
+        ReadError::Broken(e) => error_chain(e),
+    }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {

@@ -2,6 +2,10 @@
 //! `stream`, and where the model's value sits so that it can be replaced in place), found without
 //! building a DOM. The whole body is still checked to be UTF-8 JSON of bounded depth, so the native
 //! route refuses what the translated routes would.
+//!
+//! [`parse_head`] is one pass of [`json::scan_object`]; [`parse_head_with_serde`] is the same
+//! parse done by serde_json (the implementation it replaced), kept as the reference that the unit
+//! tests and the `json_head` fuzz target compare it with.
 
 use std::borrow::Cow;
 
@@ -9,17 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::dialect::error::GwError;
-
-/// What routing needs from a request. Unknown fields are skipped by serde (validated, not kept),
-/// so a syntactically broken body is still rejected with 400 here. Duplicate `model` or `stream`
-/// keys are rejected by serde's derive as well.
-#[derive(Deserialize)]
-struct RawHead<'a> {
-    #[serde(borrow)]
-    model: Option<&'a RawValue>,
-    #[serde(default)]
-    stream: Option<bool>,
-}
+use crate::json::{self, ScanError, MAX_DEPTH};
 
 pub struct Head<'a> {
     pub model: Cow<'a, str>,
@@ -28,11 +22,74 @@ pub struct Head<'a> {
     pub model_span: (usize, usize),
 }
 
-/// serde_json's recursion limit, which the translated routes hit when they parse a body.
-const MAX_DEPTH: usize = 128;
+fn not_utf8(e: std::str::Utf8Error) -> GwError {
+    GwError::bad_request(format!(
+        "request body is not valid UTF-8 (at byte {})",
+        e.valid_up_to()
+    ))
+}
 
-/// Rejects nesting deeper than the translated routes accept, so that the native route, which
-/// never parses the nested parts, does not forward what the others would refuse.
+fn model_error(message: &str) -> GwError {
+    let mut e = GwError::bad_request(message);
+    e.param = Some("model");
+    e
+}
+
+pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
+    // The scan skips the bytes of strings it does not decode, and the native route forwards them
+    // as they are: validate the whole body once (std's ASCII fast path).
+    std::str::from_utf8(body).map_err(not_utf8)?;
+    let [model, stream] = json::scan_object(body, ["model", "stream"]).map_err(|e| match e {
+        ScanError::Syntax { what, at } => {
+            GwError::bad_request(format!("invalid JSON body: expected {what} at byte {at}"))
+        }
+        ScanError::TooDeep => {
+            GwError::bad_request(format!("request body nests deeper than {MAX_DEPTH} levels"))
+        }
+        ScanError::Duplicate(0) => {
+            GwError::bad_request("invalid JSON body: duplicate field `model`")
+        }
+        ScanError::Duplicate(_) => {
+            GwError::bad_request("invalid JSON body: duplicate field `stream`")
+        }
+    })?;
+    let stream = match stream.map(|(s, e)| &body[s..e]) {
+        None | Some(b"null") | Some(b"false") => false,
+        Some(b"true") => true,
+        Some(_) => {
+            return Err(GwError::bad_request(
+                "invalid JSON body: `stream` must be a boolean",
+            ))
+        }
+    };
+    let (start, end) = match model {
+        Some((s, e)) if &body[s..e] != b"null" => (s, e),
+        _ => return Err(model_error("missing required field `model`")),
+    };
+    if body[start] != b'"' {
+        return Err(model_error("`model` must be a string"));
+    }
+    let model = json::decode_str(&body[start + 1..end - 1])
+        .map_err(|_| model_error("`model` must be a string"))?;
+    Ok(Head {
+        model,
+        stream,
+        model_span: (start, end),
+    })
+}
+
+/// What [`parse_head_with_serde`] deserializes: unknown fields are skipped by serde (validated,
+/// not kept); duplicate `model` or `stream` keys are rejected by serde's derive.
+#[derive(Deserialize)]
+struct RawHead<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(default)]
+    stream: Option<bool>,
+}
+
+/// Rejects nesting deeper than the translated routes accept (serde_json skips ignored values
+/// without its recursion limit).
 fn check_depth(body: &[u8]) -> Result<(), GwError> {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in body {
@@ -62,28 +119,19 @@ fn check_depth(body: &[u8]) -> Result<(), GwError> {
     Ok(())
 }
 
-pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
-    // serde_json skips the fields it ignores without checking their UTF-8, and the native route
-    // forwards those bytes as they are: validate the whole body once (an ASCII fast path).
-    let text = std::str::from_utf8(body).map_err(|e| {
-        GwError::bad_request(format!(
-            "request body is not valid UTF-8 (at byte {})",
-            e.valid_up_to()
-        ))
-    })?;
+/// The reference parse: the same result by serde_json, which accepts a JSON array for the struct
+/// where [`parse_head`] refuses anything but an object (the native route never forwarded one:
+/// its `model` element cannot be renamed by key).
+pub fn parse_head_with_serde(body: &[u8]) -> Result<Head<'_>, GwError> {
+    let text = std::str::from_utf8(body).map_err(not_utf8)?;
     check_depth(body)?;
     let raw: RawHead = serde_json::from_str(text)
         .map_err(|e| GwError::bad_request(format!("invalid JSON body: {e}")))?;
-    let model_raw = raw.model.ok_or_else(|| {
-        let mut e = GwError::bad_request("missing required field `model`");
-        e.param = Some("model");
-        e
-    })?;
-    let model: Cow<str> = serde_json::from_str(model_raw.get()).map_err(|_| {
-        let mut e = GwError::bad_request("`model` must be a string");
-        e.param = Some("model");
-        e
-    })?;
+    let model_raw = raw
+        .model
+        .ok_or_else(|| model_error("missing required field `model`"))?;
+    let model: Cow<str> = serde_json::from_str(model_raw.get())
+        .map_err(|_| model_error("`model` must be a string"))?;
     let start = model_raw.get().as_ptr() as usize - body.as_ptr() as usize;
     let end = start + model_raw.get().len();
     Ok(Head {
@@ -104,6 +152,194 @@ mod tests {
         assert_eq!(h.model, "gptA");
         assert!(h.stream);
         assert_eq!(&b[h.model_span.0..h.model_span.1], br#""gpt\u0041""#);
+    }
+
+    /// Same verdict as serde, and the same model, stream flag and span when both accept. A body
+    /// serde reads as a struct-from-array is the one intended difference.
+    fn agrees_with_serde(body: &[u8]) -> bool {
+        let ours = parse_head(body);
+        let theirs = parse_head_with_serde(body);
+        let top_is_array = body.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'[');
+        match (&ours, &theirs) {
+            (Ok(a), Ok(b)) => {
+                assert_eq!(
+                    (&a.model, a.stream, a.model_span),
+                    (&b.model, b.stream, b.model_span),
+                    "{:?}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+            (Err(_), Err(_)) => {}
+            (Err(_), Ok(_)) if top_is_array => {}
+            _ => panic!(
+                "scanner {:?} vs serde {:?} on {:?}",
+                ours.as_ref()
+                    .map(|h| h.model.clone())
+                    .map_err(|e| e.message.clone()),
+                theirs
+                    .as_ref()
+                    .map(|h| h.model.clone())
+                    .map_err(|e| e.message.clone()),
+                String::from_utf8_lossy(body)
+            ),
+        }
+        ours.is_ok()
+    }
+
+    #[test]
+    fn scanner_agrees_with_serde_on_edge_cases() {
+        let deep = |n: usize| format!(r#"{{"model":"m","x":{}{}}}"#, "[".repeat(n), "]".repeat(n));
+        let texts = [
+            r#"{"model":"m"}"#,
+            r#" {"model" : "m" , "stream" : true } "#,
+            r#"{"model":"m","stream":false}"#,
+            r#"{"model":"m","stream":null}"#,
+            r#"{"model":"m","stream":"true"}"#,
+            r#"{"model":"m","stream":1}"#,
+            r#"{"model":"m","stream":true,"stream":true}"#,
+            r#"{"model":"m","stream":null,"stream":null}"#,
+            r#"{"model":null}"#,
+            r#"{"model":null,"model":"m"}"#,
+            r#"{"model":"a","model":"b"}"#,
+            r#"{"mod\u0065l":"a","model":"b"}"#,
+            r#"{"mod\u0065l":"a"}"#,
+            r#"{"\u006dodel":"a","stre\u0061m":true}"#,
+            r#"{"model":"\ud83d\ude00"}"#,
+            r#"{"model":"\ud83d"}"#,
+            r#"{"model":"\ude00"}"#,
+            r#"{"model":"\ud83dx"}"#,
+            r#"{"model":"\ud83d\u0041"}"#,
+            r#"{"model":"\ud83d\n"}"#,
+            r#"{"x\ud800":1,"model":"m"}"#,
+            r#"{"x":"\ud800","model":"m"}"#,
+            r#"{"x":{"\ud800":1},"model":"m"}"#,
+            r#"{"model":"a\"b\\c\/d\b\f\n\r\t"}"#,
+            r#"{"model":"bad \x escape"}"#,
+            r#"{"model":"bad \u12 escape"}"#,
+            r#"{"model":"bad \u12g4 escape"}"#,
+            "{\"model\":\"tab\tinside\"}",
+            "{\"model\":\"nl\ninside\"}",
+            "{\"model\":\"m\",\"x\":\"\u{1f}\"}",
+            "{\"model\":\"m\",\"x\":\"\u{7f}\"}",
+            "{\"model\":\"m\",\"x\":\"caf\u{e9} \u{1F600}\"}",
+            r#"{"model":1}"#,
+            r#"{"model":[]}"#,
+            r#"{"model":{"a":1}}"#,
+            r#"{"model":true}"#,
+            r#"{"x":1}"#,
+            r#"{}"#,
+            r#"{"model":"m",}"#,
+            r#"{"model":"m""x":1}"#,
+            r#"{"model" "m"}"#,
+            r#"{model:"m"}"#,
+            r#"{"model":"m"} x"#,
+            r#"{"model":"m"}{}"#,
+            r#"{"model":"m"}   "#,
+            "{\"model\":\"m\"}\n",
+            "\u{feff}{\"model\":\"m\"}",
+            "\x0c{\"model\":\"m\"}",
+            r#"{"model":"m","n":[1,2,3]}"#,
+            r#"{"model":"m","n":[1,2,]}"#,
+            r#"{"model":"m","n":[,1]}"#,
+            r#"{"model":"m","n":[1 2]}"#,
+            r#"{"model":"m","n":{"a":1,}}"#,
+            r#"{"model":"m","n":{"a" 1}}"#,
+            r#"{"model":"m","n":{1:1}}"#,
+            r#"{"model":"m","n":[}"#,
+            r#"{"model":"m","n":{]}"#,
+            r#"{"model":"m","n":0}"#,
+            r#"{"model":"m","n":-0}"#,
+            r#"{"model":"m","n":01}"#,
+            r#"{"model":"m","n":-01}"#,
+            r#"{"model":"m","n":-}"#,
+            r#"{"model":"m","n":1.}"#,
+            r#"{"model":"m","n":.5}"#,
+            r#"{"model":"m","n":1.5e}"#,
+            r#"{"model":"m","n":1.5e+}"#,
+            r#"{"model":"m","n":1.5E-7}"#,
+            r#"{"model":"m","n":1e999999}"#,
+            r#"{"model":"m","n":+1}"#,
+            r#"{"model":"m","n":0x10}"#,
+            r#"{"model":"m","n":Infinity}"#,
+            r#"{"model":"m","n":NaN}"#,
+            r#"{"model":"m","n":tru}"#,
+            r#"{"model":"m","n":truex}"#,
+            r#"{"model":"m","n":nul}"#,
+            r#"{"model":"m","n":True}"#,
+            r#"{"model":"m","n":[true,false,null,{},[],"",0]}"#,
+            r#"{"model":"m","n":"unterminated}"#,
+            r#"{"model":"m""#,
+            r#"{"model":"#,
+            r#"{"model""#,
+            r#"{"#,
+            r#"{"model":"m"#,
+            "",
+            " ",
+            "null",
+            "1",
+            r#""model""#,
+            r#"[]"#,
+            r#"["m"]"#,
+            r#"["m",true]"#,
+        ];
+        let mut cases: Vec<Vec<u8>> = texts.iter().map(|s| s.as_bytes().to_vec()).collect();
+        for n in [126, 127, 128, 100_000] {
+            cases.push(deep(n).into_bytes());
+        }
+        cases.push(b"{\"model\":\"\xff\"}".to_vec());
+        cases.push(b"{\"model\":\"m\",\"x\":\"\xc3\x28\"}".to_vec());
+        let accepted = cases.iter().filter(|c| agrees_with_serde(c)).count();
+        assert!(
+            accepted > 15 && accepted < cases.len() - 40,
+            "{accepted} accepted"
+        );
+    }
+
+    /// Every shape payload, and many byte-level mutations of each (deterministic), get the same
+    /// verdict from both.
+    #[test]
+    fn scanner_agrees_with_serde_on_mutated_payloads() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shapes/payloads");
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        const BYTES: &[u8] =
+            b"{}[]\",:\\/\"u0123456789abcdefABCDEF-+.eEtrunlsf \n\t\x01\x1f\xc3\xa9";
+        let (mut payloads, mut accepted, mut refused) = (0, 0, 0);
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let body = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(agrees_with_serde(&body));
+            payloads += 1;
+            for _ in 0..400 {
+                let mut b = body.clone();
+                for _ in 0..1 + next() % 3 {
+                    let at = (next() as usize) % (b.len() + 1);
+                    let byte = BYTES[(next() as usize) % BYTES.len()];
+                    match next() % 3 {
+                        0 if at < b.len() => b[at] = byte,
+                        1 if at < b.len() => {
+                            b.remove(at);
+                        }
+                        _ => b.insert(at, byte),
+                    }
+                }
+                if agrees_with_serde(&b) {
+                    accepted += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+        }
+        assert!(payloads > 10);
+        // Both verdicts are well represented, so the comparison means something.
+        assert!(
+            accepted > 1000 && refused > 1000,
+            "{accepted} accepted, {refused} refused"
+        );
     }
 
     #[test]

@@ -1,17 +1,16 @@
 //! The request path shared by the three client dialects: read the body, find the route, admit
 //! the request, and hand it to the upstream call ([`attempts`]), answering in the client's dialect.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use crate::config::Snapshot;
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
-use crate::http::body::{error_response, GwResponse};
+use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
 use crate::posture::access_log::Record;
 use crate::posture::limits::Admit;
@@ -74,22 +73,6 @@ fn check_head_size(req: &Request<Incoming>, max: usize) -> Result<(), GwError> {
     Ok(())
 }
 
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, GwError> {
-    match Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) => {
-            if e.is::<http_body_util::LengthLimitError>() {
-                Err(GwError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("request body exceeds {limit} bytes"),
-                ))
-            } else {
-                Err(GwError::bad_request(format!("could not read body: {e}")))
-            }
-        }
-    }
-}
-
 async fn run(
     client: &UpstreamClient,
     snap: &Snapshot,
@@ -101,18 +84,25 @@ async fn run(
     let caller = snap.keys.authenticate(req.headers())?;
     rec.set_caller(&caller);
     check_content_type(req.headers())?;
-    let body = match tokio::time::timeout(
-        snap.body_read_timeout,
-        read_body(req.into_body(), snap.max_body_bytes),
-    )
-    .await
-    {
-        Ok(body) => body?,
-        Err(_) => {
+    let (parts, body) = req.into_parts();
+    let limit = snap.max_body_bytes;
+    let timeout = snap.body_read_timeout;
+    let body = match body::read_all(body, limit, || tokio::time::Instant::now() + timeout).await {
+        Ok(b) => b,
+        Err(ReadError::TooLarge) => {
+            return Err(GwError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body exceeds {limit} bytes"),
+            ))
+        }
+        Err(ReadError::TimedOut) => {
             return Err(GwError::new(
                 StatusCode::REQUEST_TIMEOUT,
                 "the request body did not arrive in time",
             ))
+        }
+        Err(ReadError::Broken(e)) => {
+            return Err(GwError::bad_request(format!("could not read body: {e}")))
         }
     };
     let head = head::parse_head(&body)?;
@@ -149,6 +139,8 @@ async fn run(
         model_span: head.model_span,
         stream,
         route: &route,
+        // The client's headers are no longer needed: their map carries the upstream request's.
+        headers: Cell::new(parts.headers),
     };
     attempts::serve(&call, rec).await
 }

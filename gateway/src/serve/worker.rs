@@ -1,16 +1,26 @@
 //! One worker: an OS thread with its own current-thread runtime, its own listener and its own
 //! upstream connection pool; it accepts connections, caps their number, and routes each request.
+//!
+//! The worker keeps its own deadline for a connection that waits for a request's head (a slow
+//! client, or a keep-alive connection gone idle): each connection notes when it last went idle,
+//! in ticks of a sweep that closes those idle longer than `timeouts.header_ms`. That costs a
+//! request two stores instead of a timer armed and disarmed (and a boxed sleep) per request,
+//! which is what hyper's own header timeout does. Draining on shutdown goes through the same
+//! per-connection state.
 
 use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
 use crate::config::{Listen, Snapshot};
@@ -42,6 +52,92 @@ impl Worker {
     }
 }
 
+/// What the sweep or the shutdown asks of a connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    None,
+    /// It waited too long for a request's head: close it.
+    Close,
+    /// The worker is draining: finish the request in flight, then close.
+    Drain,
+}
+
+/// One client connection as the worker sees it.
+struct ConnState {
+    /// A request is being served: from its head to the end of its response body.
+    busy: Cell<bool>,
+    /// The sweep tick at which it was accepted or its last response ended.
+    idle_since: Cell<u32>,
+    signal: Cell<Signal>,
+    waker: RefCell<Option<Waker>>,
+    /// Its task has ended (the sweep forgets it).
+    done: Cell<bool>,
+    /// The worker's sweep tick.
+    tick: Rc<Cell<u32>>,
+}
+
+impl ConnState {
+    fn send(&self, s: Signal) {
+        self.signal.set(s);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    /// The signal sent since the last call, registering the task to be woken by the next one.
+    fn poll_signal(&self, cx: &Context<'_>) -> Signal {
+        let s = self.signal.replace(Signal::None);
+        if s == Signal::None {
+            let mut w = self.waker.borrow_mut();
+            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *w = Some(cx.waker().clone());
+            }
+        }
+        s
+    }
+}
+
+/// A response body that marks its connection idle again when hyper is done with it.
+pub struct ServedBody {
+    body: GwBody,
+    conn: Rc<ConnState>,
+}
+
+impl Drop for ServedBody {
+    fn drop(&mut self) {
+        self.conn.busy.set(false);
+        self.conn.idle_since.set(self.conn.tick.get());
+    }
+}
+
+impl Body for ServedBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The sweep's period for a head deadline of `timeout`, and how many periods make the deadline:
+/// a connection is closed between `timeout` and `timeout` plus two periods after it went idle.
+fn sweep_period(timeout: Duration) -> (Duration, u32) {
+    let period = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let n = timeout.as_nanos().div_ceil(period.as_nanos()) as u32;
+    (period, n)
+}
+
 pub fn run(
     listener: std::net::TcpListener,
     mut stop: watch::Receiver<bool>,
@@ -51,8 +147,11 @@ pub fn run(
     let drain = listen.drain_timeout;
     let max_connections = listen.max_connections_per_worker;
     let upstream_tls = listen.upstream_tls.clone();
+    let (period, ticks) = sweep_period(listen.header_timeout);
     // Open connections of this worker; only its own tasks touch it.
     let open = Rc::new(Cell::new(0usize));
+    let conns: Rc<RefCell<Vec<Rc<ConnState>>>> = Rc::new(RefCell::new(Vec::new()));
+    let tick = Rc::new(Cell::new(0u32));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -71,11 +170,30 @@ pub fn run(
             draining: Cell::new(false),
         });
 
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        // It keeps running while draining, so a slow head cannot hold up the drain either.
+        {
+            let (conns, tick) = (conns.clone(), tick.clone());
+            tokio::task::spawn_local(async move {
+                let mut every = tokio::time::interval(period);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    let now = tick.get().wrapping_add(1);
+                    tick.set(now);
+                    conns.borrow_mut().retain(|c| {
+                        if !c.busy.get() && now.wrapping_sub(c.idle_since.get()) > ticks {
+                            c.send(Signal::Close);
+                        }
+                        !c.done.get()
+                    });
+                }
+            });
+        }
+
         let mut http = hyper::server::conn::http1::Builder::new();
         http.keep_alive(true)
-            .timer(TokioTimer::new())
-            .header_read_timeout(listen.header_timeout)
+            .header_read_timeout(None)
+            .writev(false)
             .max_buf_size(head_buffer);
         loop {
             tokio::select! {
@@ -88,16 +206,42 @@ pub fn run(
                         }
                         open.set(open.get() + 1);
                         let _ = stream.set_nodelay(true);
-                        let w = w.clone();
+                        let st = Rc::new(ConnState {
+                            busy: Cell::new(false),
+                            idle_since: Cell::new(tick.get()),
+                            signal: Cell::new(Signal::None),
+                            waker: RefCell::new(None),
+                            done: Cell::new(false),
+                            tick: tick.clone(),
+                        });
+                        conns.borrow_mut().push(st.clone());
+                        let (w, svc_st) = (w.clone(), st.clone());
                         let svc = hyper::service::service_fn(move |req| {
-                            let w = w.clone();
-                            async move { Ok::<_, Infallible>(route(w, req).await) }
+                            let (w, conn) = (w.clone(), svc_st.clone());
+                            conn.busy.set(true);
+                            async move {
+                                let resp = route(w, req).await;
+                                Ok::<_, Infallible>(resp.map(|body| ServedBody { body, conn }))
+                            }
                         });
                         let conn = http.serve_connection(TokioIo::new(stream), svc);
-                        let fut = graceful.watch(conn);
                         let open = open.clone();
                         tokio::task::spawn_local(async move {
-                            let _ = fut.await;
+                            let mut conn = pin!(conn);
+                            let mut draining = false;
+                            std::future::poll_fn(|cx| loop {
+                                match st.poll_signal(cx) {
+                                    // Dropping the connection closes it.
+                                    Signal::Close => return Poll::Ready(()),
+                                    Signal::Drain if !draining => {
+                                        draining = true;
+                                        conn.as_mut().graceful_shutdown();
+                                    }
+                                    _ => return conn.as_mut().poll(cx).map(|_| ()),
+                                }
+                            })
+                            .await;
+                            st.done.set(true);
                             open.set(open.get() - 1);
                         });
                     }
@@ -112,10 +256,15 @@ pub fn run(
         }
         w.draining.set(true);
         drop(listener);
-        if tokio::time::timeout(drain, graceful.shutdown())
-            .await
-            .is_err()
-        {
+        for c in conns.borrow().iter() {
+            c.send(Signal::Drain);
+        }
+        let drained = async {
+            while open.get() > 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        if tokio::time::timeout(drain, drained).await.is_err() {
             eprintln!("drain timeout: closing remaining connections");
         }
         anyhow::Ok(())
