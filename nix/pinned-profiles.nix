@@ -4,7 +4,8 @@
 # profile to one PGO binary, and the providers link differently; the LLVM profile to one
 # instrumented build, whose function names and hashes only the same cargo and rustc invocation
 # are sure to reproduce. As separate store paths, refreshing the BOLT profile does not rebuild the
-# PGO stage.
+# PGO stage. Only the profile and its manifest enter the store: the reports beside them
+# (function-coverage.*) are for people, and rewriting one rebuilds nothing.
 {
   # The profiles/ directory (a path), or null.
   profiles,
@@ -20,6 +21,13 @@ let
       builtins.path {
         name = "pinned-profile";
         path = profiles + "/${sub}";
+        filter =
+          path: type:
+          builtins.elem (baseNameOf path) [
+            "manifest.json"
+            "gateway.proftext"
+            "gateway.fdata"
+          ];
       }
     else
       null;

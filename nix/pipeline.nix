@@ -21,6 +21,15 @@
   # The command that rewrites profiles/ from fresh training runs; every stale-profile failure
   # names it.
   refreshCommand,
+  # Cargo features of every gateway build (an allocator variant, see `variants`); none for the
+  # release.
+  features ? [ ],
+  # The coverage gate's output to depend on instead of this chain's own `gateway-coverage`: only
+  # for a measurement variant trained on a subset of a covered shapes directory (`variants`).
+  coverage ? null,
+  # Link the instrumented build with fat LTO (nix/stages/instrumented.nix): only for measuring
+  # what linking it without saves (bench/chain-cost).
+  instrumentedFatLto ? false,
 }:
 let
   stages = import ./stages { inherit toolchain; };
@@ -38,23 +47,47 @@ let
   # Least reduction of instructions per request, released vs plain, in percent: 3 x the sum of
   # the two binaries' largest measured run-to-run spread (0.82% each, nix/README.md).
   minInstructionReduction = 5;
+
+  # The shape the bench and the instruction gate measure first (shapes/README.md).
+  boardShape = "chat-minimal";
+
 in
 rec {
   inherit (toolchain) versions;
 
   # The plain fat-LTO build: the baseline every PGO/BOLT figure is measured against.
-  gateway = toolchain.buildPackage { pname = "gateway"; package = "gateway"; rustflags = ""; };
+  gateway = toolchain.buildPackage {
+    pname = "gateway";
+    package = "gateway";
+    rustflags = "";
+    inherit features;
+  };
 
   # The in-batch control leg of the bench: plain, but linked like the optimized stages.
   gateway-emit-relocs = toolchain.buildPackage {
     pname = "gateway-emit-relocs";
     package = "gateway";
     rustflags = emitRelocs;
+    inherit features;
   };
 
   trainer = toolchain.buildPackage { pname = "trainer"; package = "trainer"; rustflags = ""; };
 
-  gateway-instrumented = stages.instrumented { };
+  # The coverage gate: every request path and posture the gateway lists has a training
+  # shape, and every shape names one it serves. The artifact and the fresh profiles depend on it.
+  gateway-coverage =
+    if coverage != null then
+      coverage
+    else
+      stages.coverage {
+        gateway = gateway-instrumented;
+        inherit trainer shapes;
+      };
+
+  gateway-instrumented = stages.instrumented {
+    inherit features;
+    fatLto = instrumentedFatLto;
+  };
 
   gateway-profile = stages.llvm-profile {
     pinned = pinned.llvm;
@@ -72,7 +105,7 @@ rec {
 
   gateway-pgo = stages.pgo {
     profile = gateway-profile;
-    inherit emitRelocs refreshCommand;
+    inherit emitRelocs refreshCommand features;
   };
 
   gateway-bolt-instrumented = stages.bolt-instrument {
@@ -101,6 +134,7 @@ rec {
     boltProfile = gateway-bolt-profile;
     llvmCheck = gateway-training;
     boltCheck = gateway-bolt-training;
+    coverage = gateway-coverage;
     inherit trainer versions;
   };
 
@@ -109,6 +143,7 @@ rec {
     name = "gateway-profile-fresh";
     kind = "llvm";
     gateway = gateway-instrumented;
+    coverage = gateway-coverage;
     inherit trainer shapes versions;
   };
 
@@ -117,6 +152,7 @@ rec {
     kind = "bolt";
     gateway = gateway-bolt-instrumented;
     pgo = gateway-pgo;
+    coverage = gateway-coverage;
     inherit trainer shapes versions;
   };
 
@@ -134,6 +170,54 @@ rec {
     plain = gateway;
     optimized = gateway-pgo-bolt;
     inherit trainer shapes;
+  };
+
+  # Measurement variants for bench/report (docs/bench-results), never the artifact and not Hydra
+  # jobs: the chain again with another allocator, or trained on the board shape alone (with the
+  # holdout, which is never trained), each with its own plain build and its optimized stages built
+  # from its own fresh trainings instead of profiles/ (a variant's profiles are never pinned; its
+  # training checks train once more against them). `nix/offline/build variants.jemalloc.gateway-pgo-bolt`.
+  variants =
+    let
+      freshlyTrained =
+        args:
+        let
+          chain = import ./pipeline.nix (
+            {
+              inherit toolchain shapes refreshCommand features instrumentedFatLto;
+            }
+            // args
+            // {
+              pinned = {
+                llvm = chain.gateway-profile-fresh;
+                bolt = chain.gateway-bolt-profile-fresh;
+              };
+            }
+          );
+        in
+        chain;
+    in
+    {
+      jemalloc = freshlyTrained { features = [ "tikv-jemallocator" ]; };
+      mimalloc = freshlyTrained { features = [ "mimalloc" ]; };
+      # The dilution check: the board shape's profile undiluted by the rest of the mix. A subset
+      # cannot pass the coverage gate, so it depends on this chain's gate, whose set it is drawn from.
+      board-only = freshlyTrained {
+        shapes = boardOnlyShapes;
+        coverage = gateway-coverage;
+      };
+    };
+
+  # The board shape and the holdout, with every payload.
+  boardOnlyShapes = toolchain.runStage {
+    name = "shapes-board-only";
+    script = ''
+      mkdir -p "$out"
+      cp -r ${shapes}/payloads "$out/payloads"
+      cp ${shapes}/${boardShape}.json "$out/" || fail "no board shape ${boardShape}.json in ${shapes}"
+      holdout=$(grep -l '"holdout": *true' ${shapes}/*.json) || fail "no holdout shape in ${shapes}"
+      cp $holdout "$out/"
+    '';
   };
 
   # The stage functions and their inputs, for compositions such as nix/tests/fail-closed.nix.

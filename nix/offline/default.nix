@@ -13,6 +13,11 @@
   # The pinned profiles { llvm, bolt } (store paths or null); null: the repository's profiles/
   # (compositions pass broken ones).
   pinned ? null,
+  # The shapes directory (a store path); null: the repository's shapes/ (compositions pass one
+  # with a shape removed).
+  shapes ? null,
+  # The instrumented build linked with fat LTO (nix/pipeline.nix), for bench/chain-cost.
+  instrumentedFatLto ? false,
 }:
 let
   root = ../..;
@@ -42,7 +47,7 @@ let
   } // toolOverrides);
 in
 import ../pipeline.nix {
-  inherit toolchain;
+  inherit toolchain instrumentedFatLto;
   pinned =
     if pinned != null then
       pinned
@@ -52,6 +57,6 @@ import ../pipeline.nix {
         inherit (toolchain) system;
         provider = toolchain.name;
       };
-  shapes = builtins.path { name = "shapes"; path = root + "/shapes"; };
+  shapes = if shapes != null then shapes else builtins.path { name = "shapes"; path = root + "/shapes"; };
   refreshCommand = "nix/offline/refresh-profiles";
 }

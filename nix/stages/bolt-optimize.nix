@@ -2,7 +2,8 @@
 # using the layout flags BOLT's documentation recommends; the output must carry BOLT's note, and
 # the proof marker is written last, only after every check passed. It depends on both training
 # checks, so a stale pinned profile fails the artifact even though the PGO and BOLT stages never
-# wait for a training run.
+# wait for a training run, and on the coverage gate, so a training set that leaves a request path
+# cold fails it too (its report ships as share/gateway/request-paths.json).
 {
   toolchain,
   # Output of the PGO stage.
@@ -14,6 +15,8 @@
   # Outputs of the training checks (verdict.json each).
   llvmCheck,
   boltCheck,
+  # Output of the coverage gate: its report ships beside the proof marker.
+  coverage,
   trainer,
   versions,
 }:
@@ -52,5 +55,7 @@ toolchain.runStage {
       || fail "trainer proof refused to write the marker"
     ${trainer}/bin/trainer verify-proof "$out/share/gateway/proof.json" \
       || fail "the proof marker does not verify"
+    cp ${coverage}/request-paths.json "$out/share/gateway/request-paths.json" \
+      || fail "the coverage gate left no report"
   '';
 }

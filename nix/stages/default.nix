@@ -4,6 +4,7 @@ let
   stage = file: args: import file ({ inherit toolchain; } // args);
 in
 {
+  coverage = stage ./coverage.nix;
   instrumented = stage ./instrumented.nix;
   training-check = stage ./training-check.nix;
   fresh-profile = stage ./fresh-profile.nix;

@@ -3,7 +3,10 @@
 # Cargo.lock and shapes it was trained from and the binary it was trained on. Not part of the
 # artifact: only the refresh command builds these, and copies them into profiles/. Every build of
 # one counts a little differently, so these, unlike every stage of the chain, do not rebuild
-# bit-identically.
+# bit-identically. An LLVM profile gets its function coverage beside it (`trainer
+# profile-coverage`: the share of the gateway crate's functions reached, and the request-path
+# functions no shape reaches), which the refresh command pins with it. Training waits for the
+# coverage gate: no profile is trained from a set that leaves a request path cold.
 {
   toolchain,
   # Stage name: gateway-profile-fresh or gateway-bolt-profile-fresh.
@@ -15,12 +18,15 @@
   trainer,
   shapes,
   versions,
+  # Output of the coverage gate (nix/stages/coverage.nix) for `shapes`.
+  coverage,
   # BOLT: the PGO stage whose binary `gateway` instruments (the profile belongs to it).
   pgo ? null,
 }:
 toolchain.runStage {
   inherit name;
   script = ''
+    [ -s ${coverage}/request-paths.json ] || fail "the coverage gate left no report"
     ${import ./training-run.nix { inherit toolchain kind gateway trainer shapes; }}
     mkdir -p "$out"
     cp "$fresh/$fresh_file" "$out/$fresh_file"
@@ -38,5 +44,12 @@ toolchain.runStage {
       ${if pgo == null then "" else "--pgo-binary ${pgo}/bin/gateway"} \
       --out "$out/manifest.json" \
       || fail "trainer profile manifest failed"
-  '';
+  '' + (if kind == "llvm" then ''
+    ${trainer}/bin/trainer profile-coverage \
+      --proftext "$out/gateway.proftext" \
+      --json "$out/function-coverage.json" \
+      > "$out/function-coverage.txt" \
+      || fail "trainer profile-coverage cannot read the fresh profile"
+    cat "$out/function-coverage.txt"
+  '' else "");
 }

@@ -12,6 +12,8 @@
   emitRelocs,
   # The command that refreshes the pinned profiles, named when they are stale.
   refreshCommand,
+  # Cargo features of the gateway: those of the instrumented build the profile was trained on.
+  features ? [ ],
 }:
 let
   build = toolchain.buildPackage {
@@ -19,6 +21,7 @@ let
     package = "gateway";
     rustflags = "-Cprofile-use=${profile}/gateway.profdata -Cllvm-args=-pgo-warn-missing-function ${emitRelocs}";
     pgoDiagnostics = true;
+    inherit features;
   };
 in
 toolchain.runStage {

@@ -83,6 +83,19 @@ let
     '';
   };
 
+  # The repository's shapes without the only shape of posture keys and the two native streaming
+  # messages shapes: two combinations no shape trains.
+  shapesWithoutThree = toolchain.runStage {
+    name = "shapes-three-removed";
+    script = ''
+      cp -r ${shapes} "$out"
+      chmod -R u+w "$out"
+      for s in chat-minimal-keys messages-minimal-stream messages-mid-stream; do
+        rm "$out/$s.json" || fail "no shape $s to remove: choose another for this test"
+      done
+    '';
+  };
+
   llvmCheckOf = gateway: stages.training-check {
     name = "gateway-training";
     kind = "llvm";
@@ -223,6 +236,11 @@ in
     kind = "bolt";
     edit = "grep -Ev '^1 [^ ]*(dialect|serde_json)' gateway.fdata > x && mv x gateway.fdata";
   }).gateway-bolt-training;
+
+  # A training set with shapes removed: the refresh's LLVM training never starts, because the
+  # coverage gate it depends on fails, naming each combination left cold.
+  coverage-shapes-removed =
+    (import ../offline/default.nix (args // { shapes = shapesWithoutThree; })).gateway-profile-fresh;
 
   # A hot function of the gateway edited without refreshing the pinned profile: LLVM reports
   # its hash mismatch while the PGO stage builds, and the stage fails naming the refresh command.

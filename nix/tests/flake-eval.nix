@@ -327,6 +327,7 @@ let
         "gateway-pgo-bolt"
         "gateway-profile-fresh"
         "gateway-bolt-profile-fresh"
+        "gateway-coverage"
         "holdout-instructions"
         "versions"
       ];
@@ -498,6 +499,38 @@ let
         && !(consumes P.gateway-pgo-bolt P.gateway-profile-fresh)
         && !(consumes P.gateway-pgo-bolt P.gateway-bolt-profile-fresh)
         && !(elem "gateway-profile-fresh" (attrNames outputs.hydraJobs.packages.${system}))
+      ))
+      (check (s "gateway-coverage runs trainer coverage on the instrumented gateway; the artifact and both fresh profiles depend on it") (
+        hasInfix "/bin/trainer coverage" (scriptOf P.gateway-coverage)
+        && hasInfix "--gateway ${P.gateway-instrumented}/bin/gateway" (scriptOf P.gateway-coverage)
+        && consumes P.gateway-coverage P.trainer
+        && consumes P.gateway-pgo-bolt P.gateway-coverage
+        && consumes P.gateway-profile-fresh P.gateway-coverage
+        && consumes P.gateway-bolt-profile-fresh P.gateway-coverage
+        && hasInfix "/bin/trainer profile-coverage" (scriptOf P.gateway-profile-fresh)
+        && hasInfix "function-coverage.json" (scriptOf P.gateway-profile-fresh)
+      ))
+      (check (s "variants: allocator features reach every gateway build and its deps; the release builds none") (
+        let
+          V = P.variants;
+        in
+        all (b: hasInfix "--features mimalloc" b.args.cargoExtraArgs) [
+          V.mimalloc.gateway
+          V.mimalloc.gateway-instrumented
+          V.mimalloc.gateway.args.cargoArtifacts
+        ]
+        && hasInfix "--features tikv-jemallocator" V.jemalloc.gateway-instrumented.args.cargoExtraArgs
+        && all (b: !(hasInfix "--features" b.args.cargoExtraArgs)) builds
+        && V.mimalloc.gateway.drvPath != P.gateway.drvPath
+      ))
+      (check (s "variants.board-only trains the board shape and the holdout only, against this chain's coverage gate, from its own fresh profiles") (
+        let
+          B = P.variants.board-only;
+        in
+        B.gateway-coverage.drvPath == P.gateway-coverage.drvPath
+        && hasInfix "--shapes ${P.boardOnlyShapes}" (scriptOf B.gateway-profile-fresh)
+        && hasInfix (toString B.gateway-profile-fresh) (scriptOf B.gateway-profile)
+        && !(consumes P.gateway-pgo-bolt B.gateway-profile-fresh)
       ))
       (check (s "apps.refresh-profiles builds both fresh profiles and pins them with trainer profile pin") (
         let

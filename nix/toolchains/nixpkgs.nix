@@ -119,12 +119,15 @@ let
       pname,
       package,
       rustflags,
+      features,
     }:
     {
       inherit pname version;
       src = cargoSrc;
       strictDeps = true;
-      cargoExtraArgs = "--locked --target ${target} -p ${package}";
+      cargoExtraArgs =
+        "--locked --target ${target} -p ${package}"
+        + (if features == [ ] then "" else " --features ${builtins.concatStringsSep "," features}");
       # PGO stages must not run tests: the instrumented binary would profile the test run.
       doCheck = false;
       # The binaries go to the next stage exactly as the linker wrote them: no strip (keeps the
@@ -162,14 +165,17 @@ let
       # Keep LLVM's profile-use warnings of the package's crate in
       # share/<package>/pgo-diagnostics.txt (nix/README.md, provider interface).
       pgoDiagnostics ? false,
+      # Cargo features of `package` (measurement variants such as [ "mimalloc" ]).
+      features ? [ ],
     }:
     let
-      args = cargoArgs { inherit pname package rustflags; };
-      # Named by package and flags, not by stage: stages that build the same package with the same
-      # RUSTFLAGS share one dependency derivation.
+      args = cargoArgs { inherit pname package rustflags features; };
+      # Named by package, flags and features, not by stage: stages that build the same package
+      # with the same RUSTFLAGS and features share one dependency derivation.
+      flavour = rustflags + (if features == [ ] then "" else " --features ${toString features}");
       depsName =
         package
-        + (if rustflags == "" then "" else "-" + builtins.substring 0 8 (builtins.hashString "sha256" rustflags));
+        + (if flavour == "" then "" else "-" + builtins.substring 0 8 (builtins.hashString "sha256" flavour));
       deps = craneLib.buildDepsOnly (
         args
         // {

@@ -55,7 +55,14 @@ let
       package,
       rustflags,
       pgoDiagnostics ? false,
+      # Cargo features of `package` (measurement variants such as [ "mimalloc" ]); none: the
+      # script is the one the chain has always built.
+      features ? [ ],
     }:
+    let
+      featureArgs = if features == [ ] then "" else " --features ${builtins.concatStringsSep "," features}";
+      cargoBuild = "cargo build --release --offline --locked --target ${target} -p ${package}${featureArgs}";
+    in
     runStage {
       name = pname;
       env = { RUSTFLAGS_STAGE = rustflags; };
@@ -74,15 +81,15 @@ let
         export PATH="${rustToolchain}/bin:${hostPath}"
         # Panic locations name source files; remapped, the binary references no build input.
         export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${vendor}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
-        echo "stage $stage: cargo build -p ${package} --target ${target} RUSTFLAGS='$RUSTFLAGS'"
+        echo "stage $stage: cargo build -p ${package}${featureArgs} --target ${target} RUSTFLAGS='$RUSTFLAGS'"
       '' + (if pgoDiagnostics then ''
-        cargo build --release --offline --locked --target ${target} -p ${package} 2>&1 \
+        ${cargoBuild} 2>&1 \
           | tee "$TMPDIR/cargo-build.log" \
           || fail "cargo build of ${package} failed"
         mkdir -p "$out/bin" "$out/share/${package}"
         ${pgoDiagnosticsOf "$TMPDIR/cargo-build.log" "$out/share/${package}/pgo-diagnostics.txt"}
       '' else ''
-        cargo build --release --offline --locked --target ${target} -p ${package} \
+        ${cargoBuild} \
           || fail "cargo build of ${package} failed"
         mkdir -p "$out/bin"
       '') + ''

@@ -22,6 +22,7 @@ STAGES = [
     "gateway-bolt-instrumented",
     "gateway-bolt-training",
     "gateway-bolt-profile",
+    "gateway-coverage",
     "gateway-pgo-bolt",
 ]
 
@@ -118,6 +119,17 @@ def test_each_stage_is_its_own_derivation(pgo_bolt):
     names = {pathlib.Path(p).name.split("-", 1)[1].removesuffix(".drv") for p in closure if p.endswith(".drv")}
     missing = [s for s in STAGES if s not in names]
     assert not missing, f"stages missing from the derivation graph: {missing}"
+
+
+def test_artifact_ships_the_coverage_gate_report(pgo_bolt):
+    """The artifact depends on the coverage gate (test_each_stage_is_its_own_derivation) and
+    carries its report: every request path and posture the gateway lists, each with its shapes."""
+    report = json.loads((pgo_bolt / "share" / "gateway" / "request-paths.json").read_text())
+    assert len(report["paths"]) == 12, report["paths"]
+    assert report["postures"], report
+    cold = [p for p in report["paths"] + report["postures"] if not p["shapes"]]
+    assert not cold and not report["unknown"], (cold, report["unknown"])
+    assert report["training_shapes"] == len(list((ROOT / "shapes").glob("*.json"))) - 1
 
 
 def test_rebuild_with_unchanged_inputs_builds_nothing(pgo_bolt):

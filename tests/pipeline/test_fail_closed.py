@@ -27,6 +27,13 @@ CASES = {
     "stale-llvm-profile": ("stage gateway-training", "is stale", "overlaps the pinned profile by", REFRESH),
     "stale-bolt-profile": ("stage gateway-bolt-training", "is stale", "overlaps the pinned profile by", REFRESH),
     "hot-function-edited-without-refresh": ("stage gateway-pgo", "hash mismatch", REFRESH),
+    # Shapes removed: the coverage gate fails before the refresh trains, naming the combinations.
+    "coverage-shapes-removed": (
+        "stage gateway-coverage",
+        "the training set does not cover the gateway's request paths",
+        "no training shape for /v1/messages stream=true upstream=anthropic (native)",
+        "no training shape with posture keys",
+    ),
     # The optimized legs' requests fail: an invalid batch (nix/tests/fail-closed.nix).
     "holdout-invalid-batch": ("stage gateway-holdout", "the bench batch is INVALID"),
 }

@@ -422,6 +422,10 @@ fn check(a: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
+/// The function-coverage report of a fresh LLVM profile (`trainer profile-coverage`, written by
+/// nix/stages/fresh-profile.nix), pinned beside the profile.
+const COVERAGE_REPORTS: [&str; 2] = ["function-coverage.json", "function-coverage.txt"];
+
 /// Where under profiles/ a profile of `kind` for `system` and `provider` is pinned (the layout
 /// nix/pinned-profiles.nix reads).
 pub fn pinned_subdir(kind: Kind, system: &str, provider: &str) -> PathBuf {
@@ -482,6 +486,17 @@ fn pin(a: &PinArgs) -> Result<()> {
     }
     std::fs::rename(&staged, &old)?;
     write_json(&dir.join("manifest.json"), &m)?;
+    // The function coverage the fresh-profile stage wrote beside an LLVM profile is pinned with
+    // it; a report of the profile it replaces must not stay behind.
+    for report in COVERAGE_REPORTS {
+        let (from, to) = (a.fresh.join(report), dir.join(report));
+        if from.is_file() {
+            std::fs::write(&to, std::fs::read(&from)?)
+                .with_context(|| format!("writing {}", to.display()))?;
+        } else if to.is_file() {
+            std::fs::remove_file(&to)?;
+        }
+    }
     println!(
         "pinned {} ({} bytes, sha256 {}) trained on sources {}",
         old.display(),
@@ -610,6 +625,30 @@ mod tests {
             .to_string();
         assert!(e.contains("hash mismatch: f"), "{e}");
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
+    fn pin_carries_the_function_coverage_and_drops_a_stale_one() {
+        // A fresh directory as nix/stages/fresh-profile.nix writes it.
+        let (fresh, _) = pinned_llvm("pin-fresh");
+        std::fs::write(fresh.join("function-coverage.json"), "{}").unwrap();
+        std::fs::write(fresh.join("function-coverage.txt"), "profile coverage: x\n").unwrap();
+        let profiles = fresh.parent().unwrap().join("profiles");
+        pin(&PinArgs { fresh: fresh.clone(), profiles: profiles.clone() }).unwrap();
+        let dir = profiles.join(pinned_subdir(Kind::Llvm, "x86_64-linux", "p"));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("function-coverage.txt")).unwrap(),
+            "profile coverage: x\n"
+        );
+        assert!(dir.join("function-coverage.json").is_file());
+        // A fresh profile without a report (as a BOLT one) leaves none of the replaced one's.
+        std::fs::remove_file(fresh.join("function-coverage.json")).unwrap();
+        std::fs::remove_file(fresh.join("function-coverage.txt")).unwrap();
+        pin(&PinArgs { fresh: fresh.clone(), profiles }).unwrap();
+        assert!(!dir.join("function-coverage.json").exists());
+        assert!(!dir.join("function-coverage.txt").exists());
+        assert!(dir.join("gateway.proftext").is_file());
+        let _ = std::fs::remove_dir_all(fresh.parent().unwrap());
     }
 
     #[test]
