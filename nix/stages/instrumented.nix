@@ -3,12 +3,12 @@
 # Where the profile goes is chosen at run time by LLVM_PROFILE_FILE, which `trainer train` sets.
 #
 # Linked without fat LTO: LLVM instruments each crate before any link-time optimization, so the
-# counters, names and control-flow hashes are those the fat-LTO PGO build looks up (measured: a
-# profile trained on this build gives the PGO build 0 hash mismatches, and a training of it
-# overlaps one of the fat-LTO instrumented build by as much as two trainings of one binary do;
-# nix/README.md, "Chain cost"), while the instrumented link, the slowest step of this build with
-# fat LTO, is skipped. Overridden in RUSTFLAGS, not in the cargo profile: cargo's profile settings
-# go into every crate's `-C metadata`, so into every symbol name the profile records.
+# counters, names and control-flow hashes are those the fat-LTO PGO build looks up (measured: the
+# profile trained on this build gives the PGO build 0 hash mismatches and 0 functions without
+# profile data). It saves little (about 4% of this stage's CPU; nix/README.md, "Chain cost") and
+# is kept because it is not slower. Overridden in RUSTFLAGS, not in the cargo profile: cargo's
+# profile settings go into every crate's `-C metadata`, so into every symbol name the profile
+# records.
 {
   toolchain,
   # Cargo features of the gateway (an allocator variant); the PGO build must get the same.
