@@ -29,8 +29,11 @@ pub enum ScanError {
 /// be UTF-8, as serde requires of a struct's keys). The values are not interpreted, nor checked
 /// to be UTF-8 (serde skips them unchecked too; the head parse validates the whole body once).
 /// This is what serde_json does for a struct with these fields and the rest ignored, without
-/// its generic skipping: the native route's head parse and a native stream's frame check are
-/// each one pass over the bytes.
+/// its generic skipping, but for depth: serde skips ignored values without a recursion limit,
+/// this scan refuses nesting past [`MAX_DEPTH`] everywhere (a request body was refused there
+/// before too, by a separate pass; a native stream frame that deep now ends the stream as not
+/// JSON). The native route's head parse and a native stream's frame check are each one pass
+/// over the bytes.
 pub fn scan_object<const N: usize>(
     body: &[u8],
     keys: [&str; N],

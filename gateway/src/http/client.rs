@@ -54,7 +54,16 @@ impl Origin {
         let dial: Uri = format!("{scheme}://{authority}")
             .parse()
             .map_err(|e| format!("{e}"))?;
-        let host = HeaderValue::from_str(authority.as_str()).map_err(|e| format!("{e}"))?;
+        if authority.as_str().contains('@') {
+            return Err("credentials in the URL are not accepted (use api_key_env)".into());
+        }
+        // As browsers and hyper_util's client send it: the port only when it is not the
+        // scheme's default.
+        let host = match (scheme, authority.port_u16()) {
+            (_, None) | ("http", Some(80)) | ("https", Some(443)) => authority.host().to_string(),
+            (_, Some(port)) => format!("{}:{port}", authority.host()),
+        };
+        let host = HeaderValue::from_str(&host).map_err(|e| format!("{e}"))?;
         static SLOTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
         let key = dial.to_string();
         let mut slots = SLOTS.lock().unwrap();
@@ -197,11 +206,31 @@ impl UpstreamClient {
         let mut connector = self.0.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx)).await?;
         let io = connector.call(origin.dial.clone()).await?;
-        let (tx, conn) = http1::Builder::new().writev(false).handshake(io).await?;
+        let (tx, conn) = http1::Builder::new().handshake(io).await?;
         tokio::task::spawn_local(async move {
             // Its errors reach the request that was using it; an idle one just closes.
             let _ = conn.await;
         });
         Ok(tx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(url: &'static str) -> Result<String, String> {
+        Origin::of(&Uri::from_static(url)).map(|o| o.host.to_str().unwrap().to_string())
+    }
+
+    #[test]
+    fn host_header_names_the_port_only_when_it_is_not_the_default() {
+        assert_eq!(host("https://api.example.com:443/v1").unwrap(), "api.example.com");
+        assert_eq!(host("http://api.example.com:80").unwrap(), "api.example.com");
+        assert_eq!(host("https://api.example.com").unwrap(), "api.example.com");
+        assert_eq!(host("http://127.0.0.1:8080/v1").unwrap(), "127.0.0.1:8080");
+        assert_eq!(host("https://h:80").unwrap(), "h:80");
+        assert_eq!(host("http://[::1]:9000").unwrap(), "[::1]:9000");
+        assert!(host("https://user:secret@api.example.com").is_err());
     }
 }

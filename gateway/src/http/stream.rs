@@ -113,7 +113,6 @@ impl SseBody {
                     if registered && !self.timer.is_elapsed() {
                         return Poll::Pending;
                     }
-                    self.timer_waker = Some(cx.waker().clone());
                     while self.timer.as_mut().poll(cx).is_ready() {
                         let due = self.last_data + self.idle;
                         if due <= tokio::time::Instant::now() {
@@ -122,6 +121,11 @@ impl SseBody {
                         }
                         self.timer.as_mut().reset(due);
                     }
+                    // Recorded only if that last poll registered the waker: once the task's
+                    // cooperative budget is spent, tokio's Sleep answers Pending without
+                    // registering anything (a Pending poll that did register spends no budget).
+                    self.timer_waker =
+                        tokio::task::coop::has_budget_remaining().then(|| cx.waker().clone());
                     if self.upstream_done {
                         continue;
                     }

@@ -120,8 +120,9 @@ fn check_depth(body: &[u8]) -> Result<(), GwError> {
 }
 
 /// The reference parse: the same result by serde_json, which accepts a JSON array for the struct
-/// where [`parse_head`] refuses anything but an object (the native route never forwarded one:
-/// its `model` element cannot be renamed by key).
+/// where [`parse_head`] refuses anything but an object (a body that is not an object is a 400 on
+/// every route now: an array's model element cannot be renamed by key). Kept for the tests and the
+/// `json_head` fuzz target, which compare the two.
 pub fn parse_head_with_serde(body: &[u8]) -> Result<Head<'_>, GwError> {
     let text = std::str::from_utf8(body).map_err(not_utf8)?;
     check_depth(body)?;

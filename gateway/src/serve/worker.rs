@@ -193,7 +193,6 @@ pub fn run(
         let mut http = hyper::server::conn::http1::Builder::new();
         http.keep_alive(true)
             .header_read_timeout(None)
-            .writev(false)
             .max_buf_size(head_buffer);
         loop {
             tokio::select! {
