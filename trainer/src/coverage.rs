@@ -22,8 +22,9 @@ use crate::train;
 
 #[derive(clap::Args)]
 pub struct CoverageArgs {
-    /// A gateway binary, run for `gateway paths` (a plain build: an instrumented one would write a
-    /// profile on exit).
+    /// A gateway binary, run for `gateway paths` (any build of the source; an instrumented one
+    /// writes a profile at each exit, so point LLVM_PROFILE_FILE at scratch, as
+    /// nix/stages/coverage.nix does).
     #[arg(long)]
     pub gateway: PathBuf,
     /// The shapes directory.
