@@ -280,6 +280,105 @@ fn client_disconnect_before_headers_cancels_upstream() {
     assert_eq!(gw.terminate(), Some(0));
 }
 
+/// A stream whose upstream goes quiet after its first frame: the gateway writes nothing, so only
+/// its hang-up watch (hyper is told not to read while a request is in flight) can see the client
+/// leave, and it must close the upstream connection.
+#[test]
+fn client_disconnect_while_stream_is_quiet_cancels_upstream() {
+    let closed = Arc::new(AtomicBool::new(false));
+    let c2 = closed.clone();
+    let up = raw_upstream(move |_head, _body, s| {
+        let frame = b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}\n\n";
+        let _ = s.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n",
+                frame.len()
+            )
+            .as_bytes(),
+        );
+        let _ = s.write_all(frame);
+        let _ = s.write_all(b"\r\n");
+        let mut b = [0u8; 16];
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if let Ok(0) = s.read(&mut b) {
+            c2.store(true, Ordering::SeqCst);
+        }
+    });
+    let gw = start_gateway(&config(up.addr, 30_000));
+    let mut s = send_json(
+        gw.addr,
+        "/v1/chat/completions",
+        &json!({"model": "gpt", "stream": true, "messages": user("hi")}),
+    );
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("data:") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !closed.load(Ordering::SeqCst) {
+        assert!(
+            Instant::now() < deadline,
+            "upstream connection kept open after client left a quiet stream"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gw.terminate(), Some(0));
+}
+
+/// Requests pipelined on one connection are answered in order: the next request's bytes, already
+/// there while the first is in flight, end the first one's hang-up watch without being mistaken
+/// for a hang-up, and hyper reads them once the first response is done.
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let up = raw_upstream(|_head, body, s| {
+        // Slow enough that the second request is waiting while the first is in flight.
+        std::thread::sleep(Duration::from_millis(100));
+        let v: Value = serde_json::from_slice(body).unwrap();
+        let text = v["messages"][0]["content"].as_str().unwrap().to_owned();
+        write_json(
+            s,
+            200,
+            &json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}),
+        );
+    });
+    let gw = start_gateway(&config(up.addr, 5000));
+    let mut s = std::net::TcpStream::connect(gw.addr).unwrap();
+    let mut wire = Vec::new();
+    for (i, text) in ["first", "second", "third"].iter().enumerate() {
+        let body =
+            serde_json::to_vec(&json!({"model": "gpt", "messages": user(text)})).unwrap();
+        let close = if i == 2 { "connection: close\r\n" } else { "" };
+        wire.extend_from_slice(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{close}content-length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        wire.extend_from_slice(&body);
+    }
+    s.write_all(&wire).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(text.matches("HTTP/1.1 200").count(), 3, "{text}");
+    let (a, b, c) = (
+        text.find("first").unwrap(),
+        text.find("second").unwrap(),
+        text.find("third").unwrap(),
+    );
+    assert!(a < b && b < c, "{text}");
+    assert_eq!(gw.terminate(), Some(0));
+}
+
 /// An upstream that starts a stream in its dialect, then reports an error in-band and closes.
 fn in_band_error_upstream() -> RawUpstream {
     raw_upstream(|head, _body, s| {

@@ -12,6 +12,7 @@
 //! and postures as data, for the training coverage gate.
 
 pub mod attempts;
+pub mod conn;
 pub mod head;
 pub mod paths;
 pub mod proxy;

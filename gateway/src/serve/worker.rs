@@ -11,16 +11,15 @@
 use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::rt::TokioIo;
+use hyper::body::Incoming;
 use tokio::sync::watch;
 
 use crate::config::{Listen, Snapshot};
@@ -28,6 +27,7 @@ use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::body::{error_response, json_response, GwBody, GwResponse};
 use crate::http::client::{self, UpstreamClient};
+use crate::serve::conn::{ClientIo, ConnState, ServedBody, Signal};
 use crate::serve::{paths, proxy};
 
 /// Per-worker state; never shared with another thread.
@@ -49,84 +49,6 @@ impl Worker {
             *self.snapshot.borrow_mut() = rx.borrow_and_update().clone();
         }
         self.snapshot.borrow().clone()
-    }
-}
-
-/// What the sweep or the shutdown asks of a connection.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Signal {
-    None,
-    /// It waited too long for a request's head: close it.
-    Close,
-    /// The worker is draining: finish the request in flight, then close.
-    Drain,
-}
-
-/// One client connection as the worker sees it.
-struct ConnState {
-    /// A request is being served: from its head to the end of its response body.
-    busy: Cell<bool>,
-    /// The sweep tick at which it was accepted or its last response ended.
-    idle_since: Cell<u32>,
-    signal: Cell<Signal>,
-    waker: RefCell<Option<Waker>>,
-    /// Its task has ended (the sweep forgets it).
-    done: Cell<bool>,
-    /// The worker's sweep tick.
-    tick: Rc<Cell<u32>>,
-}
-
-impl ConnState {
-    fn send(&self, s: Signal) {
-        self.signal.set(s);
-        if let Some(w) = self.waker.borrow_mut().take() {
-            w.wake();
-        }
-    }
-
-    /// The signal sent since the last call, registering the task to be woken by the next one.
-    fn poll_signal(&self, cx: &Context<'_>) -> Signal {
-        let s = self.signal.replace(Signal::None);
-        if s == Signal::None {
-            let mut w = self.waker.borrow_mut();
-            if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *w = Some(cx.waker().clone());
-            }
-        }
-        s
-    }
-}
-
-/// A response body that marks its connection idle again when hyper is done with it.
-pub struct ServedBody {
-    body: GwBody,
-    conn: Rc<ConnState>,
-}
-
-impl Drop for ServedBody {
-    fn drop(&mut self) {
-        self.conn.busy.set(false);
-        self.conn.idle_since.set(self.conn.tick.get());
-    }
-}
-
-impl Body for ServedBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 
@@ -191,7 +113,10 @@ pub fn run(
         }
 
         let mut http = hyper::server::conn::http1::Builder::new();
+        // Half-closed connections allowed: hyper then does not read while a request is in flight;
+        // the connection task watches for a hang-up instead (`conn`, which says why).
         http.keep_alive(true)
+            .half_close(true)
             .header_read_timeout(None)
             .max_buf_size(head_buffer);
         loop {
@@ -205,25 +130,18 @@ pub fn run(
                         }
                         open.set(open.get() + 1);
                         let _ = stream.set_nodelay(true);
-                        let st = Rc::new(ConnState {
-                            busy: Cell::new(false),
-                            idle_since: Cell::new(tick.get()),
-                            signal: Cell::new(Signal::None),
-                            waker: RefCell::new(None),
-                            done: Cell::new(false),
-                            tick: tick.clone(),
-                        });
+                        let st = Rc::new(ConnState::new(stream, tick.clone()));
                         conns.borrow_mut().push(st.clone());
                         let (w, svc_st) = (w.clone(), st.clone());
                         let svc = hyper::service::service_fn(move |req| {
                             let (w, conn) = (w.clone(), svc_st.clone());
-                            conn.busy.set(true);
+                            conn.begin_request();
                             async move {
                                 let resp = route(w, req).await;
                                 Ok::<_, Infallible>(resp.map(|body| ServedBody { body, conn }))
                             }
                         });
-                        let conn = http.serve_connection(TokioIo::new(stream), svc);
+                        let conn = http.serve_connection(ClientIo(st.clone()), svc);
                         let open = open.clone();
                         tokio::task::spawn_local(async move {
                             let mut conn = pin!(conn);
@@ -236,7 +154,14 @@ pub fn run(
                                         draining = true;
                                         conn.as_mut().graceful_shutdown();
                                     }
-                                    _ => return conn.as_mut().poll(cx).map(|_| ()),
+                                    _ => match conn.as_mut().poll(cx) {
+                                        Poll::Ready(_) => return Poll::Ready(()),
+                                        // Dropping the connection cancels the request.
+                                        Poll::Pending if st.poll_hung_up(cx) => {
+                                            return Poll::Ready(())
+                                        }
+                                        Poll::Pending => return Poll::Pending,
+                                    },
                                 }
                             })
                             .await;
