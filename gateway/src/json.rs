@@ -127,8 +127,8 @@ pub fn scan_object_collecting<const N: usize>(
     Ok(found)
 }
 
-/// The byte ranges of the values of the top-level members named in `keys` (names compared as
-/// written, the first of each), or `None` when `body` does not start as a JSON object. Nothing is
+/// The byte ranges of the values of the top-level members named in `keys` (names compared with
+/// their escapes decoded, the first of each), or `None` when `body` does not start as a JSON object. Nothing is
 /// validated and the walk stops once every key is found: this is for locating a few members of
 /// an upstream's answer, which is passed on as it is whether or not it is valid.
 pub fn find_members<const N: usize>(
@@ -189,7 +189,13 @@ pub fn find_members<const N: usize>(
                 i
             }
         };
-        if let Some(k) = keys.iter().position(|k| k.as_bytes() == name) {
+        let which = match keys.iter().position(|k| k.as_bytes() == name) {
+            None if name.contains(&b'\\') => {
+                keys.iter().position(|k| decoded_is(name, k.as_bytes()))
+            }
+            k => k,
+        };
+        if let Some(k) = which {
             if found[k].is_none() {
                 found[k] = Some((start, i));
                 missing -= 1;
@@ -202,6 +208,12 @@ pub fn find_members<const N: usize>(
         i = ws(body, i + 1);
     }
     Some(found)
+}
+
+/// Whether a member name written with escapes (`raw`, between its quotes) decodes to `want`.
+#[cold]
+fn decoded_is(raw: &[u8], want: &[u8]) -> bool {
+    decode_str(raw).is_ok_and(|d| d.as_bytes() == want)
 }
 
 /// The text of a JSON string literal's contents (between the quotes; escapes already checked by
@@ -298,15 +310,18 @@ impl Cursor<'_, '_> {
         }
     }
 
-    /// Whether the value of a member named `name` (as written) is one to collect. Length and
-    /// first byte are compared before the bytes, which spares most names a `memcmp`.
+    /// Whether the value of a member named `name` (as written; `escaped` when it has escapes, which
+    /// are then decoded before comparing) is one to collect. Length and first byte are compared
+    /// before the bytes, which spares most names a `memcmp`.
     #[inline(always)]
     fn collects(&self, name: &[u8], escaped: bool) -> bool {
         let want = self.collect_name;
+        if escaped {
+            return self.collect.is_some() && decoded_is(name, want);
+        }
         self.collect.is_some()
             && name.len() == want.len()
             && name.first() == want.first()
-            && !escaped
             && name == want
     }
 
@@ -691,6 +706,7 @@ mod tests {
             r#"{"model":null,"n":-1.5e3,"t":true,"usage":[]}"#,
             r#"{"x":{"model":"deep"},"y":["model"]}"#,
             r#"{}"#,
+            r#"{"id":"x","mod\u0065l":"escaped","usage":{"prompt_tokens":1}}"#,
         ];
         for b in bodies {
             let b = b.as_bytes();
@@ -731,7 +747,7 @@ mod tests {
         copy_replacing(&mut out, data, &spans, br#""alias""#);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"esc"}"#
+            r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"alias"}"#
         );
     }
 }
