@@ -314,7 +314,11 @@ fn client_disconnect_while_stream_is_quiet_cancels_upstream() {
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains("data:") {
         let n = s.read(&mut buf).unwrap();
-        assert!(n > 0, "stream ended early: {}", String::from_utf8_lossy(&got));
+        assert!(
+            n > 0,
+            "stream ended early: {}",
+            String::from_utf8_lossy(&got)
+        );
         got.extend_from_slice(&buf[..n]);
     }
     drop(s);
@@ -352,8 +356,7 @@ fn pipelined_requests_are_answered_in_order() {
     let mut s = std::net::TcpStream::connect(gw.addr).unwrap();
     let mut wire = Vec::new();
     for (i, text) in ["first", "second", "third"].iter().enumerate() {
-        let body =
-            serde_json::to_vec(&json!({"model": "gpt", "messages": user(text)})).unwrap();
+        let body = serde_json::to_vec(&json!({"model": "gpt", "messages": user(text)})).unwrap();
         let close = if i == 2 { "connection: close\r\n" } else { "" };
         wire.extend_from_slice(
             format!(

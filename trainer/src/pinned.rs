@@ -634,7 +634,11 @@ mod tests {
         std::fs::write(fresh.join("function-coverage.json"), "{}").unwrap();
         std::fs::write(fresh.join("function-coverage.txt"), "profile coverage: x\n").unwrap();
         let profiles = fresh.parent().unwrap().join("profiles");
-        pin(&PinArgs { fresh: fresh.clone(), profiles: profiles.clone() }).unwrap();
+        pin(&PinArgs {
+            fresh: fresh.clone(),
+            profiles: profiles.clone(),
+        })
+        .unwrap();
         let dir = profiles.join(pinned_subdir(Kind::Llvm, "x86_64-linux", "p"));
         assert_eq!(
             std::fs::read_to_string(dir.join("function-coverage.txt")).unwrap(),
@@ -644,7 +648,11 @@ mod tests {
         // A fresh profile without a report (as a BOLT one) leaves none of the replaced one's.
         std::fs::remove_file(fresh.join("function-coverage.json")).unwrap();
         std::fs::remove_file(fresh.join("function-coverage.txt")).unwrap();
-        pin(&PinArgs { fresh: fresh.clone(), profiles }).unwrap();
+        pin(&PinArgs {
+            fresh: fresh.clone(),
+            profiles,
+        })
+        .unwrap();
         assert!(!dir.join("function-coverage.json").exists());
         assert!(!dir.join("function-coverage.txt").exists());
         assert!(dir.join("gateway.proftext").is_file());

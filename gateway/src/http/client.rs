@@ -225,8 +225,14 @@ mod tests {
 
     #[test]
     fn host_header_names_the_port_only_when_it_is_not_the_default() {
-        assert_eq!(host("https://api.example.com:443/v1").unwrap(), "api.example.com");
-        assert_eq!(host("http://api.example.com:80").unwrap(), "api.example.com");
+        assert_eq!(
+            host("https://api.example.com:443/v1").unwrap(),
+            "api.example.com"
+        );
+        assert_eq!(
+            host("http://api.example.com:80").unwrap(),
+            "api.example.com"
+        );
         assert_eq!(host("https://api.example.com").unwrap(), "api.example.com");
         assert_eq!(host("http://127.0.0.1:8080/v1").unwrap(), "127.0.0.1:8080");
         assert_eq!(host("https://h:80").unwrap(), "h:80");
