@@ -71,6 +71,7 @@ use serde_json::Value;
 
 use crate::config::check::ConfigError;
 use crate::dialect::error::GwError;
+use crate::http::arena;
 use crate::posture::limits::clock::{now_ns, WINDOW_NS};
 use crate::posture::limits::lease::{Got, Leases, RateLease, SlotLease};
 use crate::posture::limits::store::{OnError, Store, StoreConfig};
@@ -955,10 +956,11 @@ fn write_duration(buf: &mut [u8; 48], d: Duration) -> usize {
     at + 1
 }
 
+/// `d` as a reset header's value, cut from the per-thread header-value arena (no allocation).
 fn duration_value(d: Duration) -> HeaderValue {
     let mut b = [0u8; 48];
     let n = write_duration(&mut b, d);
-    HeaderValue::from_bytes(&b[..n]).expect("digits and letters")
+    arena::visible_ascii(&b[..n])
 }
 
 fn names(kind: Kind) -> [HeaderName; 3] {
@@ -981,12 +983,14 @@ fn names(kind: Kind) -> [HeaderName; 3] {
     }
 }
 
+/// The `x-ratelimit-*` headers of `st` at `now`: the numbers are cut from the header-value arena,
+/// so the vector is the one allocation they cost.
 fn policy_headers(st: &PolicyState, now: u64) -> Vec<(HeaderName, HeaderValue)> {
     let mut out = Vec::with_capacity(9);
     let mut push = |kind: Kind, limit: &HeaderValue, remaining: u64, reset: Duration| {
         let [l, r, z] = names(kind);
         out.push((l, limit.clone()));
-        out.push((r, HeaderValue::from(remaining)));
+        out.push((r, arena::decimal(remaining)));
         out.push((z, duration_value(reset)));
     };
     // A shared policy's state as this replica knows it: its lease plus what Redis said was left.
