@@ -35,10 +35,12 @@ pub fn run(args: FakeGatewayArgs) -> Result<()> {
             .as_str()
             .context("config has no metrics.listen")?
             .parse()?;
-        serve_store_metrics(
+        let bound = serve_store_metrics(
             metrics,
             std::env::var_os("FAKE_GATEWAY_STORE_DOWN").is_none(),
         )?;
+        // As the gateway says it, before its main listener's line.
+        eprintln!("metrics listening on {bound}");
     }
     eprintln!("listening on {}", server.addr());
     crate::mock::wait_for_termination()?;
@@ -66,10 +68,12 @@ pub fn run(args: FakeGatewayArgs) -> Result<()> {
     std::process::exit(code)
 }
 
-/// Answers every connection on `addr` with the store's metrics, `up` or not.
-fn serve_store_metrics(addr: std::net::SocketAddr, up: bool) -> Result<()> {
+/// Answers every connection on `addr` with the store's metrics, `up` or not; returns the address
+/// bound (`addr` may have port 0).
+fn serve_store_metrics(addr: std::net::SocketAddr, up: bool) -> Result<std::net::SocketAddr> {
     use std::io::{Read, Write};
     let l = std::net::TcpListener::bind(addr).with_context(|| format!("binding {addr}"))?;
+    let bound = l.local_addr()?;
     let body = format!(
         "gateway_limits_store_up {}\ngateway_limits_store_calls_total{{result=\"ok\"}} {}\n",
         u8::from(up),
@@ -94,5 +98,5 @@ fn serve_store_metrics(addr: std::net::SocketAddr, up: bool) -> Result<()> {
             );
         }
     });
-    Ok(())
+    Ok(bound)
 }

@@ -183,7 +183,7 @@ fn run_once(
     let mut config = train::gateway_config(
         &shape.shape,
         mock.addr(),
-        train::free_port()?,
+        0, // the metrics listener on a port the gateway picks: nothing here scrapes it
         &scratch.join(format!("{tag}.access.jsonl")),
     );
     let redis = match (train::needs_redis(&shape.shape), &run.redis_server) {

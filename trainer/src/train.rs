@@ -185,10 +185,15 @@ pub fn select<'a>(all: &'a [Loaded], only: &[String]) -> Result<Vec<&'a Loaded>>
     Ok(out)
 }
 
-/// A port free right now on 127.0.0.1 (bound, then released).
-pub(crate) fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr()?.port())
+/// Where the gateway whose log is `log` listens for metrics (it prints the line before it starts
+/// serving).
+fn metrics_addr(log: &Path) -> Option<SocketAddr> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().find_map(|l| {
+        l.strip_prefix("metrics listening on ")
+            .and_then(|a| a.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+    })
 }
 
 /// A scratch directory under $TMPDIR.
@@ -603,11 +608,12 @@ fn train_shape(
         (false, _) => None,
     };
     let config_path = scratch.join(format!("{name}.config.json"));
-    let metrics_port = free_port()?;
+    // Port 0: the gateway binds the metrics listener itself and prints where. A port found free
+    // beforehand could be taken by an outgoing connection before the gateway binds it.
     let mut cfg = gateway_config(
         &s.shape,
         mock.addr(),
-        metrics_port,
+        0,
         &scratch.join(format!("{name}.access.jsonl")),
     );
     if let Some(r) = &redis {
@@ -653,7 +659,13 @@ fn train_shape(
         );
     }
     if redis.is_some() {
-        check_store_used(([127, 0, 0, 1], metrics_port).into())?;
+        let metrics = metrics_addr(&log).with_context(|| {
+            format!(
+                "the gateway never printed \"metrics listening on ADDR\"; {}",
+                gw.log_tail()
+            )
+        })?;
+        check_store_used(metrics)?;
     }
     gw.stop()?;
     drop(mock);
