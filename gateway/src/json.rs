@@ -128,9 +128,9 @@ pub fn scan_object_collecting<const N: usize>(
 }
 
 /// The byte ranges of the values of the top-level members named in `keys` (names compared with
-/// their escapes decoded, the first of each), or `None` when `body` does not start as a JSON object. Nothing is
-/// validated and the walk stops once every key is found: this is for locating a few members of
-/// an upstream's answer, which is passed on as it is whether or not it is valid.
+/// their escapes decoded, the first of each), or `None` when `body` does not start as a JSON
+/// object. Nothing is validated and the walk stops once every key is found: this is for locating
+/// a few members of an upstream's answer, which is passed on as it is whether or not it is valid.
 pub fn find_members<const N: usize>(
     body: &[u8],
     keys: [&str; N],

@@ -185,12 +185,13 @@ pub fn select<'a>(all: &'a [Loaded], only: &[String]) -> Result<Vec<&'a Loaded>>
     Ok(out)
 }
 
-/// Where the gateway whose log is `log` listens for metrics (it prints the line before it starts
-/// serving).
-fn metrics_addr(log: &Path) -> Option<SocketAddr> {
+/// The address the gateway whose log is `log` printed on a line starting with `prefix`: its
+/// listener (`listening on ADDR`) or its metrics listener (`metrics listening on ADDR`, printed
+/// before it serves). Only a line that starts with the prefix counts.
+fn printed_addr(log: &Path, prefix: &str) -> Option<SocketAddr> {
     let text = std::fs::read_to_string(log).ok()?;
     text.lines().find_map(|l| {
-        l.strip_prefix("metrics listening on ")
+        l.strip_prefix(prefix)
             .and_then(|a| a.split_whitespace().next())
             .and_then(|a| a.parse().ok())
     })
@@ -511,13 +512,7 @@ pub(crate) fn start_gateway(
             );
         }
         if addr.is_none() {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            // Only the line that starts with it: `metrics listening on ADDR` is another listener.
-            addr = text.lines().find_map(|l| {
-                l.strip_prefix("listening on ")
-                    .and_then(|a| a.split_whitespace().next())
-                    .and_then(|a| a.parse().ok())
-            });
+            addr = printed_addr(log, "listening on ");
         }
         if let Some(a) = addr {
             if livez(a) {
@@ -659,7 +654,7 @@ fn train_shape(
         );
     }
     if redis.is_some() {
-        let metrics = metrics_addr(&log).with_context(|| {
+        let metrics = printed_addr(&log, "metrics listening on ").with_context(|| {
             format!(
                 "the gateway never printed \"metrics listening on ADDR\"; {}",
                 gw.log_tail()

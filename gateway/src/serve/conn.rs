@@ -1,6 +1,6 @@
 //! One client connection as its worker sees it: the state the sweep and the drain act on, the
-//! socket hyper reads and writes through it, and the watch for a client that hangs up while its
-//! request is in flight.
+//! socket hyper reads and writes, and the watch for a client that hangs up while its request is
+//! in flight.
 //!
 //! hyper is built with `half_close(true)`, so it does not read from a connection while a request
 //! is in flight. Its own hang-up check was such a read, and the read first grew hyper's read
@@ -37,8 +37,9 @@ pub enum Signal {
     Drain,
 }
 
-/// One client connection: shared by its task, its service (the requests it serves) and the
-/// worker's sweep, all on the worker's thread.
+/// One client connection's state: shared by its task, its service (the requests it serves) and the
+/// worker's sweep, all on the worker's thread. The socket is not part of it: the sweep keeps a
+/// state until its next tick, and the socket must close when the connection's task ends.
 pub struct ConnState {
     /// A request is being served: from its head to the end of its response body.
     pub busy: Cell<bool>,
@@ -49,17 +50,14 @@ pub struct ConnState {
     /// Its task has ended (the sweep forgets it).
     pub done: Cell<bool>,
     /// The worker's sweep tick.
-    pub tick: Rc<Cell<u32>>,
-    /// The client's socket: hyper reads and writes it through [`ClientIo`], the hang-up watch
-    /// peeks at it. Never borrowed across an await, so the two never overlap.
-    stream: RefCell<TcpStream>,
+    tick: Rc<Cell<u32>>,
     /// The request in flight has seen bytes hyper has not read yet (the next request's): its
     /// hang-up watch is over.
     next_seen: Cell<bool>,
 }
 
 impl ConnState {
-    pub fn new(stream: TcpStream, tick: Rc<Cell<u32>>) -> Self {
+    pub fn new(tick: Rc<Cell<u32>>) -> Self {
         ConnState {
             busy: Cell::new(false),
             idle_since: Cell::new(tick.get()),
@@ -67,7 +65,6 @@ impl ConnState {
             waker: RefCell::new(None),
             done: Cell::new(false),
             tick,
-            stream: RefCell::new(stream),
             next_seen: Cell::new(false),
         }
     }
@@ -103,18 +100,18 @@ impl ConnState {
         self.idle_since.set(self.tick.get());
     }
 
-    /// Whether the client hung up while a request is in flight; otherwise the task is woken when
-    /// the client sends or closes. Called after hyper's connection returned pending, so that
-    /// whatever of the request hyper could read has been read and what is left to see is the
+    /// Whether the client hung up on `socket` while a request is in flight; otherwise the task is
+    /// woken when the client sends or closes. Called after hyper's connection returned pending, so
+    /// that whatever of the request hyper could read has been read and what is left to see is the
     /// client's next move. Costs no system call while the socket is known to have nothing new
     /// (tokio's readiness; a short read clears it).
-    pub fn poll_hung_up(&self, cx: &mut Context<'_>) -> bool {
+    pub fn poll_hung_up(&self, socket: &ClientSocket, cx: &mut Context<'_>) -> bool {
         if !self.busy.get() || self.next_seen.get() {
             return false;
         }
         let mut one = [0u8; 1];
         let mut buf = ReadBuf::new(&mut one);
-        match self.stream.borrow().poll_peek(cx, &mut buf) {
+        match socket.borrow().poll_peek(cx, &mut buf) {
             Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => true,
             Poll::Ready(Ok(_)) => {
                 // A pipelined request: hyper reads it when this one is done. Its readiness stays
@@ -127,8 +124,13 @@ impl ConnState {
     }
 }
 
-/// The client socket as hyper's I/O: tokio's own reads and writes on the stream in [`ConnState`].
-pub struct ClientIo(pub Rc<ConnState>);
+/// The client's socket, shared by hyper's I/O ([`ClientIo`]) and the connection task's hang-up
+/// watch. Never borrowed across an await, so the two never overlap; it closes when both are gone,
+/// at the end of the task.
+pub type ClientSocket = Rc<RefCell<TcpStream>>;
+
+/// The client socket as hyper's I/O: tokio's own reads and writes on it.
+pub struct ClientIo(pub ClientSocket);
 
 impl hyper::rt::Read for ClientIo {
     fn poll_read(
@@ -140,7 +142,7 @@ impl hyper::rt::Read for ClientIo {
         // reports how many; hyper's cursor is advanced by exactly that many.
         let n = unsafe {
             let mut tbuf = ReadBuf::uninit(buf.as_mut());
-            let mut s = self.0.stream.borrow_mut();
+            let mut s = self.0.borrow_mut();
             match Pin::new(&mut *s).poll_read(cx, &mut tbuf) {
                 Poll::Ready(Ok(())) => tbuf.filled().len(),
                 other => return other,
@@ -157,7 +159,7 @@ impl hyper::rt::Write for ClientIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.stream.borrow_mut()).poll_write(cx, buf)
+        Pin::new(&mut *self.0.borrow_mut()).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -165,7 +167,7 @@ impl hyper::rt::Write for ClientIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut *self.0.stream.borrow_mut()).poll_write_vectored(cx, bufs)
+        Pin::new(&mut *self.0.borrow_mut()).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -173,11 +175,11 @@ impl hyper::rt::Write for ClientIo {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.stream.borrow_mut()).poll_flush(cx)
+        Pin::new(&mut *self.0.borrow_mut()).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut *self.0.stream.borrow_mut()).poll_shutdown(cx)
+        Pin::new(&mut *self.0.borrow_mut()).poll_shutdown(cx)
     }
 }
 

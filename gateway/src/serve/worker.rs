@@ -27,7 +27,7 @@ use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::body::{error_response, json_response, GwBody, GwResponse};
 use crate::http::client::{self, UpstreamClient};
-use crate::serve::conn::{ClientIo, ConnState, ServedBody, Signal};
+use crate::serve::conn::{ClientIo, ClientSocket, ConnState, ServedBody, Signal};
 use crate::serve::{paths, proxy};
 
 /// Per-worker state; never shared with another thread.
@@ -130,7 +130,8 @@ pub fn run(
                         }
                         open.set(open.get() + 1);
                         let _ = stream.set_nodelay(true);
-                        let st = Rc::new(ConnState::new(stream, tick.clone()));
+                        let st = Rc::new(ConnState::new(tick.clone()));
+                        let socket: ClientSocket = Rc::new(RefCell::new(stream));
                         conns.borrow_mut().push(st.clone());
                         let (w, svc_st) = (w.clone(), st.clone());
                         let svc = hyper::service::service_fn(move |req| {
@@ -141,7 +142,7 @@ pub fn run(
                                 Ok::<_, Infallible>(resp.map(|body| ServedBody { body, conn }))
                             }
                         });
-                        let conn = http.serve_connection(ClientIo(st.clone()), svc);
+                        let conn = http.serve_connection(ClientIo(socket.clone()), svc);
                         let open = open.clone();
                         tokio::task::spawn_local(async move {
                             let mut conn = pin!(conn);
@@ -157,7 +158,7 @@ pub fn run(
                                     _ => match conn.as_mut().poll(cx) {
                                         Poll::Ready(_) => return Poll::Ready(()),
                                         // Dropping the connection cancels the request.
-                                        Poll::Pending if st.poll_hung_up(cx) => {
+                                        Poll::Pending if st.poll_hung_up(&socket, cx) => {
                                             return Poll::Ready(())
                                         }
                                         Poll::Pending => return Poll::Pending,
