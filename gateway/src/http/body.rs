@@ -135,7 +135,7 @@ pub async fn read_all(
     if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
         return r;
     }
-    match tokio::time::timeout_at(deadline(), read).await {
+    match super::deadline::timeout_at(deadline(), read).await {
         Ok(r) => r,
         Err(_) => Err(ReadError::TimedOut),
     }

@@ -7,6 +7,7 @@
 pub mod arena;
 pub mod body;
 pub mod client;
+pub mod deadline;
 pub mod pieces;
 pub mod stream;
 pub mod tls;

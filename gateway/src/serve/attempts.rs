@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use tokio::time::{timeout_at, Instant};
+use tokio::time::Instant;
 
 use crate::config::Snapshot;
 use crate::dialect::error::GwError;
@@ -25,6 +25,7 @@ use crate::http::body::{
     self, json_response, json_response_parts, sse_response, GwResponse, ReadError, UpBody,
 };
 use crate::http::client::UpstreamClient;
+use crate::http::deadline::timeout_at;
 use crate::http::stream::SseBody;
 #[cfg(not(feature = "bench-dom-native"))]
 use crate::json;
