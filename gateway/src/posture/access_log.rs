@@ -263,7 +263,7 @@ impl Usage {
 /// skipped); anything malformed gives `None`.
 pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     let key = b"\"usage\":";
-    let pos = memchr::memmem::rfind(body, key)?;
+    let pos = rfind_key(body, key)?;
     let mut p = Scan {
         b: body,
         i: pos + key.len(),
@@ -309,6 +309,22 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     u.input = u.input.or(prompt);
     u.output = u.output.or(completion);
     Some(u)
+}
+
+/// Where the last `key` starts in `body`, looking backwards from each occurrence of its last
+/// byte. For a short key near the end of a short body (the usage object closes every answer)
+/// this is a third of `memmem::rfind`'s cost, which builds its searcher on every call.
+fn rfind_key(body: &[u8], key: &[u8]) -> Option<usize> {
+    let (&last, k) = (key.last()?, key.len());
+    let mut end = body.len();
+    while end >= k {
+        let at = memchr::memrchr(last, &body[k - 1..end])? + k - 1;
+        if &body[at + 1 - k..=at] == key {
+            return Some(at + 1 - k);
+        }
+        end = at;
+    }
+    None
 }
 
 struct Scan<'a> {
@@ -939,6 +955,25 @@ fn civil_prefix(out: &mut Vec<u8>, secs: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfind_key_finds_what_memmem_finds() {
+        let key = b"\"usage\":";
+        let bodies: [&[u8]; 9] = [
+            b"",
+            b"\"usage\"",
+            b"\"usage\":",
+            b"x\"usage\":{}",
+            b"\"usage\":\"usage\":1",
+            b"::::::::::",
+            b"\"usage\" : 1, \"usage\"::",
+            b"\"usag\":\"usage\":\"sage\":",
+            br#"{"a":"\"usage\": 5","usage":{"prompt_tokens":1}}"#,
+        ];
+        for b in bodies {
+            assert_eq!(rfind_key(b, key), memchr::memmem::rfind(b, key), "{:?}", b);
+        }
+    }
 
     #[test]
     fn usage_in_every_dialect() {
