@@ -166,7 +166,9 @@ impl UpstreamClient {
         loop {
             let (mut tx, pooled) = match self.checkout(origin.slot) {
                 Some(tx) => (tx, true),
-                None => (self.connect(origin).await?, false),
+                // Boxed: only a new connection needs the dial's future, and unboxed it would
+                // be 1.3 KB of every request's future (2.1 KB -> 1.1 KB).
+                None => (Box::pin(self.connect(origin)).await?, false),
             };
             // A released connection's task may not have caught up with the end of its last
             // answer yet; a new one takes its first request before its task has run.
