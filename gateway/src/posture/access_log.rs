@@ -526,12 +526,12 @@ impl Record {
         e
     }
 
-    /// Just before an upstream request is sent, to the route's deployment at `deployment`. The
-    /// upstream time runs from the first attempt.
-    pub fn upstream_start(&mut self, deployment: usize) {
+    /// Just before an upstream request is sent (`now`), to the route's deployment at
+    /// `deployment`. The upstream time runs from the first attempt.
+    pub fn upstream_start(&mut self, deployment: usize, now: Instant) {
         self.with(|i| {
             if i.upstream_start.is_none() {
-                i.upstream_start = Some(Instant::now());
+                i.upstream_start = Some(now);
             }
             i.deployment = Some(deployment as u8);
             i.attempts = i.attempts.saturating_add(1);
@@ -1075,7 +1075,7 @@ mod tests {
         h.insert("x-request-id", HeaderValue::from_static("req-1"));
         let mut r = Record::start(Dialect::Chat, &h);
         r.set_unknown_model("weird\"model");
-        r.upstream_start(0);
+        r.upstream_start(0, Instant::now());
         r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);
         let i = r.inner.take().unwrap();
         let mut out = Vec::new();

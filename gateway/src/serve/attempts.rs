@@ -177,8 +177,10 @@ async fn send(
     let native = p.translation.is_none();
     let label = c.snap.metric_upstreams.index(d.upstream);
     let request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
-    let deadline = Instant::now() + c.snap.upstream_timeout;
-    rec.upstream_start(i);
+    // One clock read for the deadline and the record.
+    let now = std::time::Instant::now();
+    let deadline = Instant::from_std(now) + c.snap.upstream_timeout;
+    rec.upstream_start(i, now);
     let (resp, conn) = match timeout_at(deadline, c.client.send(&d.provider.origin, request)).await
     {
         Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
