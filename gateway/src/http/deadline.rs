@@ -9,10 +9,12 @@
 //! that have passed; it ends when none is left, so an idle worker keeps no timer. A deadline
 //! therefore fires up to one tick after its instant, never before it.
 //!
-//! The ticker is a local task: a deadline is armed only inside a worker's `LocalSet`.
+//! The ticker is a local task: a deadline is armed only inside a worker's `LocalSet`, and a
+//! [`Deadline`] stays on its thread (it is not `Send`).
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -32,15 +34,18 @@ pub fn timeout_at<F: Future>(at: Instant, fut: F) -> Deadline<F> {
         fut,
         at,
         slot: None,
+        _thread: PhantomData,
     }
 }
 
-/// The future of [`timeout_at`].
+/// The future of [`timeout_at`]. Not `Send`: its slot is in the table of the thread that armed
+/// it, so it must be polled and dropped there.
 pub struct Deadline<F> {
     fut: F,
     at: Instant,
     /// Its slot in the thread's table once armed.
     slot: Option<usize>,
+    _thread: PhantomData<*const ()>,
 }
 
 impl<F: Future> Future for Deadline<F> {
