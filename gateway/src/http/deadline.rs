@@ -1,4 +1,5 @@
-//! Deadlines for the upstream call, checked at a coarse tick instead of one tokio timer each.
+//! Deadlines for the upstream call and for reading a body, checked at a coarse tick instead of
+//! one tokio timer each.
 //!
 //! `tokio::time::timeout` arms a timer-wheel entry when its future first returns pending and takes
 //! it out again on drop, both under the time driver's lock: on the board shape that was about 900
