@@ -54,7 +54,7 @@
               ;
             src = ./.;
           };
-          inherit (toolchain.extras) craneLib checkArgs;
+          inherit (toolchain.extras) craneLib checkArgs depsArgs;
 
           shapes = builtins.path {
             name = "shapes";
@@ -109,7 +109,7 @@
           };
 
           # Dependencies of the workspace for test and clippy (host build, dev profile, dev-deps).
-          checkDeps = craneLib.buildDepsOnly checkArgs;
+          checkDeps = craneLib.buildDepsOnly (checkArgs // depsArgs);
 
           checks = {
             tests = craneLib.cargoNextest (

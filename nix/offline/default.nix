@@ -22,7 +22,8 @@
 let
   root = ../..;
 
-  # Only what `cargo build` of the binaries needs, so that editing docs, shapes, Nix code or the
+  # Only what `cargo build` of the binaries needs (the workspace crates and the patched
+  # dependencies they build), so that editing docs, shapes, Nix code or the
   # crates' tests, fuzz targets and READMEs rebuilds no binary.
   cargoSource = builtins.path {
     name = "gateway-workspace-source";
@@ -35,7 +36,9 @@ let
         second = if builtins.length parts > 1 then builtins.elemAt parts 1 else "";
         base = baseNameOf path;
       in
-      (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer")
+      (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer"
+        # Patched dependencies (third_party/README.md).
+        || top == "third_party")
       && !(builtins.elem second [ "tests" "fuzz" "target" "README.md" ])
       && builtins.match ".*\\.py[co]?" base == null;
   };

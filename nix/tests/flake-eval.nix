@@ -403,6 +403,13 @@ let
         all (b: b.args.cargoArtifacts.args.cargoCheckCommand or null == "true") builds
         && !(checks.tests.args.cargoArtifacts.args ? cargoCheckCommand)
       ))
+      # third_party/README.md: a stubbed patched crate would break the crates.io crates on it.
+      (check (s "every dependency build puts the real third_party/ crates back into crane's dummy source") (
+        all (
+          d: hasInfix "cp -r --no-preserve=mode,ownership" (d.args.extraDummyScript or "")
+            && hasInfix "$out/third_party" (d.args.extraDummyScript or "")
+        ) (map (b: b.args.cargoArtifacts) builds ++ [ checks.tests.args.cargoArtifacts ])
+      ))
       (check (s "gateway-instrumented is built with -Cprofile-generate (and its deps too)") (
         hasInfix "-Cprofile-generate" P.gateway-instrumented.args.env.RUSTFLAGS
         && hasInfix "-Cprofile-generate" P.gateway-instrumented.args.cargoArtifacts.args.env.RUSTFLAGS

@@ -63,6 +63,24 @@ let
 
   cargoSrc = craneLib.cleanCargoSource src;
 
+  # The patched dependencies (third_party/README.md), on their own so that the dependency builds
+  # depend on them and on nothing else of the workspace.
+  thirdPartySrc = pkgs.lib.cleanSourceWith {
+    src = src + "/third_party";
+    name = "gateway-third-party-source";
+    filter = craneLib.filterCargoSources;
+  };
+
+  # Arguments of every `buildDepsOnly`. crane's dummy source stubs every crate it finds, the
+  # `[patch.crates-io]` copies in third_party/ too; the crates.io crates that depend on them
+  # (hyper-util on hyper) would not compile against a stub, so the real sources go back in.
+  depsArgs = {
+    extraDummyScript = ''
+      rm -rf "$out/third_party"
+      cp -r --no-preserve=mode,ownership ${thirdPartySrc} "$out/third_party"
+    '';
+  };
+
   # The checks run the trainer's tests too, which read the repository's shape files.
   checkSrc = pkgs.lib.cleanSourceWith {
     inherit src;
@@ -186,6 +204,7 @@ let
           # took 1.2x-1.6x the CPU time of build alone (docs/flake.md).
           cargoCheckCommand = "true";
         }
+        // depsArgs
       );
     in
     craneLib.buildPackage (
@@ -258,6 +277,7 @@ in
     inherit
       craneLib
       cargoSrc
+      depsArgs
       rustToolchain
       bolt
       linkerEnv

@@ -18,13 +18,16 @@ use std::path::{Path, PathBuf};
 
 use crate::profiles::{self, Kind, Profile};
 
-/// What the sources digest covers: the gateway crate and the workspace manifests, the same files
-/// in either provider's filtered source.
+/// What the sources digest covers: the gateway crate, the workspace manifests and the patched
+/// dependencies the gateway is built with (third_party/README.md), the same files in either
+/// provider's filtered source.
 pub const SOURCE_FILES: &[&str] = &[
     "Cargo.toml",
     "Cargo.lock",
     "gateway/Cargo.toml",
     "gateway/src",
+    "third_party/hyper/Cargo.toml",
+    "third_party/hyper/src",
 ];
 
 #[derive(clap::Args, Debug)]

@@ -350,11 +350,14 @@ fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
         r#"{"rustc":"rustc 1.95.0","rustc_llvm":"22.1.2","llvm_profdata":"22.1.8","llvm_bolt":"22.1.8","provider":"offline-debian"}"#,
     );
     std::fs::create_dir_all(d.join("src/gateway/src")).unwrap();
+    std::fs::create_dir_all(d.join("src/third_party/hyper/src")).unwrap();
     for f in [
         "Cargo.toml",
         "Cargo.lock",
         "gateway/Cargo.toml",
         "gateway/src/main.rs",
+        "third_party/hyper/Cargo.toml",
+        "third_party/hyper/src/lib.rs",
     ] {
         write(&d.join("src").join(f), f);
     }
