@@ -172,8 +172,14 @@ impl Receiver {
             false
         };
         if let Some(item) = state.item.take() {
+            // A dropped sender never polls again: waking its task for this would only make the
+            // task poll once more for nothing (the dispatcher drops the sender as soon as it has
+            // sent a body's last chunk).
+            let sender_open = state.sender_open;
             drop(state);
-            self.shared.sender_waker.wake();
+            if sender_open {
+                self.shared.sender_waker.wake();
+            }
             return Poll::Ready(Some(item));
         }
         if let Some(err) = state.pending_error.take() {

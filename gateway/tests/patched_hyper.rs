@@ -1,0 +1,161 @@
+//! The gateway is built with the patched hyper of third_party/ (third_party/README.md): a body's
+//! last chunk, taken after hyper's dispatcher dropped its sender, wakes no task. These tests fail
+//! if the workspace stops building that copy, or if the change is lost (a version bump that
+//! drops the `[patch.crates-io]` entry, or a new copy without the change).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The task's waker, counting the wakes that arrive while the task itself is being polled: each
+/// makes tokio poll the task once more.
+struct SelfWakes {
+    task: Waker,
+    polling: AtomicBool,
+    count: AtomicUsize,
+}
+
+impl Wake for SelfWakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.polling.load(Ordering::SeqCst) {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
+        self.task.wake_by_ref();
+    }
+}
+
+/// `fut`, polled with a [`SelfWakes`] waker.
+struct Counted<F> {
+    fut: Pin<Box<F>>,
+    wakes: Option<Arc<SelfWakes>>,
+    seen: Arc<AtomicUsize>,
+}
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let seen = self.seen.clone();
+        let wakes = self
+            .wakes
+            .get_or_insert_with(|| {
+                Arc::new(SelfWakes {
+                    task: cx.waker().clone(),
+                    polling: AtomicBool::new(false),
+                    count: AtomicUsize::new(0),
+                })
+            })
+            .clone();
+        let waker = Waker::from(wakes.clone());
+        wakes.polling.store(true, Ordering::SeqCst);
+        let r = self.fut.as_mut().poll(&mut Context::from_waker(&waker));
+        wakes.polling.store(false, Ordering::SeqCst);
+        seen.store(wakes.count.load(Ordering::SeqCst), Ordering::SeqCst);
+        r
+    }
+}
+
+/// Serves one connection with hyper's HTTP/1 server, the service reading the request's body to
+/// its end (and, with `extra_self_wake`, waking its own task once while polled); the client
+/// sends `request` in one write and reads the answer. Returns the self-wakes counted.
+fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let server = {
+            let seen = seen.clone();
+            async move {
+                let (io, _) = listener.accept().await.unwrap();
+                let service =
+                    hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        if extra_self_wake {
+                            let mut woke = false;
+                            std::future::poll_fn(|cx| {
+                                if woke {
+                                    return Poll::Ready(());
+                                }
+                                woke = true;
+                                cx.waker().wake_by_ref();
+                                Poll::Pending
+                            })
+                            .await;
+                        }
+                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                    });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(io), service);
+                Counted {
+                    fut: Box::pin(conn),
+                    wakes: None,
+                    seen,
+                }
+                .await
+                .unwrap();
+            }
+        };
+        let client = async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(request).await.unwrap();
+            let mut answer = Vec::new();
+            s.read_to_end(&mut answer).await.unwrap();
+            let answer = String::from_utf8(answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+            assert!(answer.ends_with("\r\n\r\nhello"), "{answer}");
+        };
+        tokio::join!(server, client);
+        seen.load(Ordering::SeqCst)
+    })
+}
+
+const POST: &[u8] =
+    b"POST / HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 5\r\n\r\nhello";
+
+#[test]
+fn a_body_read_to_its_end_wakes_no_task() {
+    assert_eq!(
+        self_wakes_serving(POST, false),
+        0,
+        "hyper woke the connection's task for the body's last chunk: the gateway is not built \
+         with third_party/hyper's change (third_party/README.md)"
+    );
+}
+
+#[test]
+fn the_count_sees_a_self_wake() {
+    assert_eq!(self_wakes_serving(POST, true), 1);
+}
+
+#[test]
+fn the_workspace_builds_hyper_from_third_party() {
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
+    let hyper = lock
+        .split("[[package]]")
+        .find(|p| p.contains("\nname = \"hyper\"\n"))
+        .expect("hyper in Cargo.lock");
+    assert!(
+        !hyper.contains("source = "),
+        "Cargo.lock takes hyper from a registry, not from third_party/hyper:{hyper}"
+    );
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml")).unwrap();
+    assert!(manifest.contains("hyper = { path = \"third_party/hyper\" }"));
+}
