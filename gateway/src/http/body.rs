@@ -165,6 +165,11 @@ async fn read_pieces(mut body: Incoming, limit: usize) -> Result<Bytes, ReadErro
                 joined = Some(j);
             }
         }
+        // A body whose announced length has arrived is complete: polling it once more only to
+        // be told so goes through its channel again (a waker registered, two locks taken).
+        if body.is_end_stream() {
+            break;
+        }
     }
     Ok(match (joined, first) {
         (Some(j), _) => j.freeze(),
