@@ -159,3 +159,86 @@ fn the_workspace_builds_hyper_from_third_party() {
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml")).unwrap();
     assert!(manifest.contains("hyper = { path = \"third_party/hyper\" }"));
 }
+
+/// The body hyper's HTTP/1 client reads from an upstream whose answer carries `framing` (its
+/// `content-length` lines), or the error it gives.
+fn client_reads(framing: &'static str) -> Result<Bytes, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let upstream = async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut b = [0u8; 1];
+                if s.read(&mut b).await.unwrap() == 0 {
+                    return;
+                }
+                head.push(b[0]);
+            }
+            let answer = format!("HTTP/1.1 200 OK\r\n{framing}connection: close\r\n\r\nhello");
+            s.write_all(answer.as_bytes()).await.unwrap();
+        };
+        let client = async move {
+            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut tx, conn) =
+                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
+                    .await
+                    .unwrap();
+            let conn = tokio::spawn(conn);
+            let req = Request::builder()
+                .uri("/")
+                .header("host", "x")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let r = match tx.send_request(req).await {
+                Ok(resp) => resp
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = conn.await;
+            r
+        };
+        let ((), r) = tokio::join!(upstream, client);
+        r
+    })
+}
+
+// third_party/README.md: an answer's `content-length` of digits alone is read without the list
+// parse; every other form goes through it and means what it meant before.
+#[test]
+fn content_length_forms_read_as_before() {
+    let hello = Ok(Bytes::from_static(b"hello"));
+    assert_eq!(client_reads("content-length: 5\r\n"), hello);
+    assert_eq!(client_reads("content-length: 5, 5\r\n"), hello);
+    assert_eq!(
+        client_reads("content-length: 5\r\ncontent-length: 5\r\n"),
+        hello
+    );
+    assert_eq!(
+        client_reads("content-length: 5\r\ncontent-length: 5,5\r\n"),
+        hello
+    );
+    assert_eq!(
+        client_reads("content-length: 3\r\n"),
+        Ok(Bytes::from_static(b"hel"))
+    );
+    for bad in [
+        "content-length: 5, 6\r\n",
+        "content-length: 5\r\ncontent-length: 6\r\n",
+        "content-length: 5\r\ncontent-length: 4, 4\r\n",
+        "content-length: +5\r\n",
+        "content-length: 5x\r\n",
+        "content-length: 99999999999999999999999\r\n",
+    ] {
+        assert!(client_reads(bad).is_err(), "{bad:?} was accepted");
+    }
+}

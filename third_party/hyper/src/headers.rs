@@ -80,6 +80,17 @@ pub(super) fn content_length_parse_all_values(values: ValueIter<'_, HeaderValue>
 
     let mut content_length: Option<u64> = None;
     for h in values {
+        // A value of digits alone (what nearly every message sends) is its own number: no UTF-8
+        // check, list split or trim to go through. Anything else takes the general path below,
+        // which gives such a value the same number.
+        if let Some(n) = from_digits(h.as_bytes()) {
+            if content_length.is_none() {
+                content_length = Some(n);
+            } else if content_length != Some(n) {
+                return None;
+            }
+            continue;
+        }
         if let Ok(line) = h.to_str() {
             for v in line.split(',') {
                 let n = from_digits(v.trim().as_bytes())?;
