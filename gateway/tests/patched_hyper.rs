@@ -67,10 +67,12 @@ impl<F: Future> Future for Counted<F> {
     }
 }
 
-/// Serves one connection with hyper's HTTP/1 server, the service reading the request's body to
-/// its end (and, with `extra_self_wake`, waking its own task once while polled); the client
-/// sends `request` in one write and reads the answer. Returns the self-wakes counted.
-fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
+/// Runs `test` on a current-thread runtime with a listener on a free loopback port.
+fn on_loopback<F, Fut>(test: F) -> Fut::Output
+where
+    F: FnOnce(tokio::net::TcpListener, std::net::SocketAddr) -> Fut,
+    Fut: Future,
+{
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -78,6 +80,15 @@ fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        test(listener, addr).await
+    })
+}
+
+/// Serves one connection with hyper's HTTP/1 server, the service reading the request's body to
+/// its end (and, with `extra_self_wake`, waking its own task once while polled); the client
+/// sends `request` in one write and reads the answer. Returns the self-wakes counted.
+fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
+    on_loopback(|listener, addr| async move {
         let seen = Arc::new(AtomicUsize::new(0));
         let server = {
             let seen = seen.clone();
@@ -98,7 +109,7 @@ fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
                             })
                             .await;
                         }
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(body))))
+                        Ok::<_, Infallible>(Response::new(Full::new(body)))
                     });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(io), service);
@@ -163,13 +174,7 @@ fn the_workspace_builds_hyper_from_third_party() {
 /// The body hyper's HTTP/1 client reads from an upstream whose answer carries `framing` (its
 /// `content-length` lines), or the error it gives.
 fn client_reads(framing: &'static str) -> Result<Bytes, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+    on_loopback(|listener, addr| async move {
         let upstream = async move {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut head = Vec::new();
