@@ -86,8 +86,8 @@ where
 
 /// Serves one connection with hyper's HTTP/1 server, the service reading the request's body to
 /// its end (and, with `extra_self_wake`, waking its own task once while polled); the client
-/// sends `request` in one write and reads the answer. Returns the self-wakes counted.
-fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
+/// sends [`POST`] in one write and reads the answer. Returns the self-wakes counted.
+fn self_wakes_serving(extra_self_wake: bool) -> usize {
     on_loopback(|listener, addr| async move {
         let seen = Arc::new(AtomicUsize::new(0));
         let server = {
@@ -124,7 +124,7 @@ fn self_wakes_serving(request: &'static [u8], extra_self_wake: bool) -> usize {
         };
         let client = async move {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(request).await.unwrap();
+            s.write_all(POST).await.unwrap();
             let mut answer = Vec::new();
             s.read_to_end(&mut answer).await.unwrap();
             let answer = String::from_utf8(answer).unwrap();
@@ -142,7 +142,7 @@ const POST: &[u8] =
 #[test]
 fn a_body_read_to_its_end_wakes_no_task() {
     assert_eq!(
-        self_wakes_serving(POST, false),
+        self_wakes_serving(false),
         0,
         "hyper woke the connection's task for the body's last chunk: the gateway is not built \
          with third_party/hyper's change (third_party/README.md)"
@@ -151,7 +151,7 @@ fn a_body_read_to_its_end_wakes_no_task() {
 
 #[test]
 fn the_count_sees_a_self_wake() {
-    assert_eq!(self_wakes_serving(POST, true), 1);
+    assert_eq!(self_wakes_serving(true), 1);
 }
 
 #[test]

@@ -121,9 +121,9 @@ pub enum ReadError {
 
 /// The whole of `body`, at most `limit` bytes, by `deadline` (called only if the body is not
 /// already complete in hyper's buffer, so that the common case reads no clock and arms no
-/// deadline). A body that
-/// arrives in one piece is returned as that piece, without a copy; one in several pieces is
-/// copied once into a buffer of its announced length.
+/// deadline). A body that arrives in one piece is returned as that piece, without a copy; one in
+/// several pieces is copied once into a buffer of its announced length. A body with an announced
+/// length ends when that many bytes have arrived.
 pub async fn read_all(
     body: Incoming,
     limit: usize,

@@ -79,14 +79,14 @@ pub(super) fn content_length_parse_all_values(values: ValueIter<'_, HeaderValue>
     // correctly. If not, then it's an error.
 
     let mut content_length: Option<u64> = None;
+    // Whether `n` is the length every value so far named.
+    let mut agrees = |n: u64| *content_length.get_or_insert(n) == n;
     for h in values {
         // A value of digits alone (what nearly every message sends) is its own number: no UTF-8
         // check, list split or trim to go through. Anything else takes the general path below,
         // which gives such a value the same number.
         if let Some(n) = from_digits(h.as_bytes()) {
-            if content_length.is_none() {
-                content_length = Some(n);
-            } else if content_length != Some(n) {
+            if !agrees(n) {
                 return None;
             }
             continue;
@@ -95,9 +95,7 @@ pub(super) fn content_length_parse_all_values(values: ValueIter<'_, HeaderValue>
             for v in line.split(',') {
                 let n = from_digits(v.trim().as_bytes())?;
 
-                if content_length.is_none() {
-                    content_length = Some(n);
-                } else if content_length != Some(n) {
+                if !agrees(n) {
                     return None;
                 }
             }
