@@ -1,6 +1,7 @@
 # Stage 4: the gateway rebuilt with the pinned profile, linked with `--emit-relocs` so BOLT can
-# rewrite it. LLVM reports, for the gateway crate, every function whose control-flow hash no
-# longer matches its profile record ("hash mismatch") and, asked to with
+# rewrite it. LLVM reports, for the gateway crate and the patched crates of third_party/ (whose
+# lints cargo does not cap), every function whose control-flow hash no longer matches its profile
+# record ("hash mismatch") and, asked to with
 # -pgo-warn-missing-function, every function the profile does not know; a pinned profile trained
 # on these sources has none of either, so any is a stale profile and fails the stage, naming the
 # refresh command. A build that lost its relocations is rejected here, not discovered by BOLT.
@@ -31,10 +32,10 @@ toolchain.runStage {
     [ -f "$diagnostics" ] || fail "the PGO build kept no profile-use diagnostics"
     mismatched=$(grep -c 'hash mismatch' "$diagnostics" || true)
     unprofiled=$(grep -c 'no profile data available' "$diagnostics" || true)
-    echo "stage $stage: LLVM profile-use diagnostics of the gateway crate: $mismatched hash mismatch(es), $unprofiled function(s) without profile data"
+    echo "stage $stage: LLVM profile-use diagnostics of the gateway and third_party/ crates: $mismatched hash mismatch(es), $unprofiled function(s) without profile data"
     if [ "$mismatched" -gt 0 ] || [ "$unprofiled" -gt 0 ]; then
       head -n 20 "$diagnostics" >&2
-      fail "the pinned LLVM profile is stale: LLVM reports $mismatched function(s) of the gateway crate whose control flow changed since training (hash mismatch) and $unprofiled without profile data; refresh it with \`${refreshCommand}\` and commit profiles/"
+      fail "the pinned LLVM profile is stale: LLVM reports $mismatched function(s) of the gateway or third_party/ crates whose control flow changed since training (hash mismatch) and $unprofiled without profile data; refresh it with \`${refreshCommand}\` and commit profiles/"
     fi
     ${toolchain.tools.readelf} -S -W ${build}/bin/gateway > sections.txt \
       || fail "cannot read the ELF sections of the PGO build"

@@ -104,24 +104,54 @@ let
     inherit gateway trainer shapes refreshCommand;
   };
 
-  # The sources with one hot function of the gateway edited (the JSON depth check every request
-  # body goes through gets one more branch, behaviour unchanged): its control-flow hash changes,
-  # and the pinned profile has not been refreshed.
-  editedSource = toolchain.runStage {
-    name = "gateway-workspace-source-edited";
-    script = ''
-      cp -r ${toolchain.src} "$out"
-      chmod -R u+w "$out"
-      # The JSON scanner's value walk: every request body and every native stream frame goes
-      # through it, and it is too big to be inlined before instrumentation, so the profile has it.
-      file=$(grep -rl 'fn value(&mut self, depth: usize)' "$out/gateway/src") \
-        || fail "no Cursor::value in gateway/src: choose another hot function for this test"
-      sed -i -f ${builtins.toFile "scanner-value-edit.sed" ''
-        /c @ (b'{' | b'\[') => {/i\
-                        b'~' if depth == usize::MAX => return Ok(()),
-      ''} "$file"
-      grep -q "usize::MAX => return Ok" "$file" || fail "the edit of Cursor::value in $file did not apply"
+  # The sources with one hot function edited (one more branch, behaviour unchanged): its
+  # control-flow hash changes, and the pinned profile has not been refreshed. `anchor` (fixed
+  # text) finds the function's file under `dir`, `edit` is the sed script that adds the branch,
+  # `applied` (fixed text) shows that it did.
+  editedSource =
+    {
+      what,
+      dir,
+      anchor,
+      edit,
+      applied,
+    }:
+    toolchain.runStage {
+      name = "gateway-workspace-source-edited";
+      script = ''
+        cp -r ${toolchain.src} "$out"
+        chmod -R u+w "$out"
+        file=$(grep -rlF '${anchor}' "$out/${dir}") \
+          || fail "no ${what} in ${dir}: choose another hot function for this test"
+        sed -i -f ${builtins.toFile "hot-function-edit.sed" edit} "$file"
+        grep -qF '${applied}' "$file" || fail "the edit of ${what} in $file did not apply"
+      '';
+    };
+
+  # The JSON scanner's value walk: every request body and every native stream frame goes through
+  # it, and it is too big to be inlined before instrumentation, so the profile has it.
+  gatewayFunctionEdited = editedSource {
+    what = "Cursor::value";
+    dir = "gateway/src";
+    anchor = "fn value(&mut self, depth: usize)";
+    edit = ''
+      /c @ (b'{' | b'\[') => {/i\
+                      b'~' if depth == usize::MAX => return Ok(()),
     '';
+    applied = "usize::MAX => return Ok";
+  };
+
+  # hyper's request-head parse in the patched copy (third_party/README.md): every request goes
+  # through it, and the profile covers the copy as it covers the gateway.
+  hyperFunctionEdited = editedSource {
+    what = "Server::parse";
+    dir = "third_party/hyper/src/proto/h1";
+    anchor = "ParseResult<RequestLine>";
+    edit = ''
+      /let path_range;/i\
+              if buf.len() == usize::MAX { return Ok(None); }
+    '';
+    applied = "if buf.len() == usize::MAX";
   };
 in
 {
@@ -247,5 +277,10 @@ in
   # A hot function of the gateway edited without refreshing the pinned profile: LLVM reports
   # its hash mismatch while the PGO stage builds, and the stage fails naming the refresh command.
   hot-function-edited-without-refresh =
-    (import ../offline/default.nix (args // { src = editedSource; })).gateway-pgo;
+    (import ../offline/default.nix (args // { src = gatewayFunctionEdited; })).gateway-pgo;
+
+  # The same for a hot function of the patched hyper: its profile-use warnings are kept as the
+  # gateway's are (a path crate's lints are not capped), so the PGO stage fails the same way.
+  hyper-function-edited-without-refresh =
+    (import ../offline/default.nix (args // { src = hyperFunctionEdited; })).gateway-pgo;
 }

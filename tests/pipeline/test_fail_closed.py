@@ -27,6 +27,7 @@ CASES = {
     "stale-llvm-profile": ("stage gateway-training", "is stale", "overlaps the pinned profile by", REFRESH),
     "stale-bolt-profile": ("stage gateway-bolt-training", "is stale", "overlaps the pinned profile by", REFRESH),
     "hot-function-edited-without-refresh": ("stage gateway-pgo", "hash mismatch", REFRESH),
+    "hyper-function-edited-without-refresh": ("stage gateway-pgo", "hash mismatch", REFRESH),
     # Shapes removed: the coverage gate fails before the refresh trains, naming the combinations.
     "coverage-shapes-removed": (
         "stage gateway-coverage",
