@@ -1,7 +1,8 @@
 //! The gateway is built with the patched hyper of third_party/ (third_party/README.md): a body's
 //! last chunk, taken after hyper's dispatcher dropped its sender, wakes no task. These tests fail
 //! if the workspace stops building that copy, or if the change is lost (a version bump that
-//! drops the `[patch.crates-io]` entry, or a new copy without the change).
+//! drops the `[patch.crates-io]` entry, or a new copy without the change), and check that the
+//! changes which only skip work (content-length, request target) give what hyper gave before.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -246,4 +247,72 @@ fn content_length_forms_read_as_before() {
     ] {
         assert!(client_reads(bad).is_err(), "{bad:?} was accepted");
     }
+}
+
+/// The request line hyper's HTTP/1 client writes for a request to `uri` (with `method`).
+fn request_line(method: &'static str, uri: http::Uri) -> String {
+    on_loopback(|listener, addr| async move {
+        let upstream = async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n") {
+                let mut b = [0u8; 1];
+                if s.read(&mut b).await.unwrap() == 0 {
+                    break;
+                }
+                head.push(b[0]);
+            }
+            s.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8(head).unwrap()
+        };
+        let client = async move {
+            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut tx, conn) =
+                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
+                    .await
+                    .unwrap();
+            let conn = tokio::spawn(conn);
+            let req = Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("host", "x")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let _ = tx.send_request(req).await;
+            let _ = conn.await;
+        };
+        let (line, ()) = tokio::join!(upstream, client);
+        line
+    })
+}
+
+// third_party/README.md: an origin-form target is written without std::fmt, as what the URI's
+// `Display` writes; every other form is written by `Display` as before.
+#[test]
+fn request_targets_are_written_as_their_display() {
+    for target in [
+        "/",
+        "/v1/chat/completions",
+        "/v1/messages?beta=true&x=%20y",
+        "/a//b/?",
+        "/?",
+        "*",
+        "http://example.com:8080/v1/chat/completions?q=1",
+        "http://example.com",
+    ] {
+        let uri: http::Uri = target.parse().unwrap();
+        let method = if target == "*" { "OPTIONS" } else { "POST" };
+        assert_eq!(
+            request_line(method, uri.clone()),
+            format!("{method} {uri} HTTP/1.1\r\n"),
+            "{target:?}"
+        );
+    }
+    // A URI built from parts, a path and query alone.
+    let mut parts = http::uri::Parts::default();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/p?q"));
+    let uri = http::Uri::from_parts(parts).unwrap();
+    assert_eq!(request_line("GET", uri), "GET /p?q HTTP/1.1\r\n");
 }

@@ -1228,8 +1228,23 @@ impl Http1Transaction for Client {
 
         extend(dst, msg.head.subject.0.as_str().as_bytes());
         extend(dst, b" ");
-        //TODO: add API to http::Uri to encode without std::fmt
-        let _ = write!(FastWrite(dst), "{} ", msg.head.subject.1);
+        // An origin-form target (no scheme, no authority: what a connection-level client sends)
+        // whose path starts with `/` is written as its path and query stand, which is what its
+        // `Display` writes; any other form (an empty path, `*`, absolute-form) goes through
+        // std::fmt as before.
+        let uri = &msg.head.subject.1;
+        match (uri.scheme(), uri.authority(), uri.path_and_query()) {
+            (None, None, Some(target))
+                if !uri.path().is_empty() && target.as_str().starts_with('/') =>
+            {
+                extend(dst, target.as_str().as_bytes());
+                extend(dst, b" ");
+            }
+            _ => {
+                //TODO: add API to http::Uri to encode without std::fmt
+                let _ = write!(FastWrite(dst), "{} ", uri);
+            }
+        }
 
         match msg.head.version {
             Version::HTTP_10 => extend(dst, b"HTTP/1.0"),
