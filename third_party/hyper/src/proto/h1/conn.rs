@@ -331,7 +331,10 @@ where
             ));
         }
 
-        self.state.allow_trailer_fields = headers::te_is_trailers(&msg.head.headers);
+        // Read only by a server, to answer with trailers: a client does not look the header up.
+        if T::is_server() {
+            self.state.allow_trailer_fields = headers::te_is_trailers(&msg.head.headers);
+        }
 
         Poll::Ready(Some(Ok((msg.head, msg.decode, wants))))
     }
