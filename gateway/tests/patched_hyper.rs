@@ -172,30 +172,48 @@ fn the_workspace_builds_hyper_from_third_party() {
     assert!(manifest.contains("hyper = { path = \"third_party/hyper\" }"));
 }
 
+/// The bytes from `s` up to and including the first `end`, read one at a time so that nothing
+/// after it is consumed; `None` if the peer closes first.
+async fn read_through(s: &mut tokio::net::TcpStream, end: &[u8]) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    while !got.ends_with(end) {
+        let mut b = [0u8; 1];
+        if s.read(&mut b).await.unwrap() == 0 {
+            return None;
+        }
+        got.push(b[0]);
+    }
+    Some(got)
+}
+
+/// A hyper HTTP/1 client connection to `addr`, its connection future running as a task.
+async fn client_on(
+    addr: std::net::SocketAddr,
+) -> (
+    hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (tx, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
+        .await
+        .unwrap();
+    (tx, tokio::spawn(conn))
+}
+
 /// The body hyper's HTTP/1 client reads from an upstream whose answer carries `framing` (its
 /// `content-length` lines), or the error it gives.
 fn client_reads(framing: &'static str) -> Result<Bytes, String> {
     on_loopback(|listener, addr| async move {
         let upstream = async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut head = Vec::new();
-            while !head.ends_with(b"\r\n\r\n") {
-                let mut b = [0u8; 1];
-                if s.read(&mut b).await.unwrap() == 0 {
-                    return;
-                }
-                head.push(b[0]);
+            if read_through(&mut s, b"\r\n\r\n").await.is_none() {
+                return;
             }
             let answer = format!("HTTP/1.1 200 OK\r\n{framing}connection: close\r\n\r\nhello");
             s.write_all(answer.as_bytes()).await.unwrap();
         };
         let client = async move {
-            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (mut tx, conn) =
-                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
-                    .await
-                    .unwrap();
-            let conn = tokio::spawn(conn);
+            let (mut tx, conn) = client_on(addr).await;
             let req = Request::builder()
                 .uri("/")
                 .header("host", "x")
@@ -254,26 +272,14 @@ fn request_line(method: &'static str, uri: http::Uri) -> String {
     on_loopback(|listener, addr| async move {
         let upstream = async move {
             let (mut s, _) = listener.accept().await.unwrap();
-            let mut head = Vec::new();
-            while !head.ends_with(b"\r\n") {
-                let mut b = [0u8; 1];
-                if s.read(&mut b).await.unwrap() == 0 {
-                    break;
-                }
-                head.push(b[0]);
-            }
+            let head = read_through(&mut s, b"\r\n").await.unwrap_or_default();
             s.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n")
                 .await
                 .unwrap();
             String::from_utf8(head).unwrap()
         };
         let client = async move {
-            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
-            let (mut tx, conn) =
-                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
-                    .await
-                    .unwrap();
-            let conn = tokio::spawn(conn);
+            let (mut tx, conn) = client_on(addr).await;
             let req = Request::builder()
                 .method(method)
                 .uri(uri)
