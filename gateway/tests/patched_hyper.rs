@@ -316,9 +316,17 @@ fn request_targets_are_written_as_their_display() {
             "{target:?}"
         );
     }
-    // A URI built from parts, a path and query alone.
-    let mut parts = http::uri::Parts::default();
-    parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/p?q"));
-    let uri = http::Uri::from_parts(parts).unwrap();
-    assert_eq!(request_line("GET", uri), "GET /p?q HTTP/1.1\r\n");
+    // Built from parts, the forms where the path-and-query's text and `Display` differ: none at
+    // all (`Display` writes nothing, the text reads "/") and a query without a path (`Display`
+    // writes "/?a", the text "?a"). Both take `Display`.
+    for target in [None, Some("?a"), Some("/p?q")] {
+        let mut parts = http::uri::Parts::default();
+        parts.path_and_query = target.map(http::uri::PathAndQuery::from_static);
+        let uri = http::Uri::from_parts(parts).unwrap();
+        assert_eq!(
+            request_line("GET", uri.clone()),
+            format!("GET {uri} HTTP/1.1\r\n"),
+            "{target:?}"
+        );
+    }
 }
