@@ -646,17 +646,34 @@ pub fn write_str(out: &mut impl BufMut, s: &str) {
 /// Appends a decimal integer (no `fmt` machinery: hot paths write several per request).
 pub fn write_u64(out: &mut impl BufMut, n: u64) {
     let mut buf = [0u8; 20];
+    let start = digits_into(&mut buf, n);
+    out.put_slice(&buf[start..]);
+}
+
+/// Writes `n` in decimal at the end of `buf`, two digits at a time, and returns where it starts.
+#[inline]
+pub fn digits_into(buf: &mut [u8; 20], mut n: u64) -> usize {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut i = buf.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+    while n >= 100 {
+        let r = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
     }
-    out.put_slice(&buf[i..]);
+    if n >= 10 {
+        let r = n as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + n as u8;
+    }
+    i
 }
 
 #[cfg(test)]
@@ -682,7 +699,14 @@ mod tests {
             );
         }
         let mut out = BytesMut::new();
-        for n in [0, 7, 10, 1234567890123, u64::MAX] {
+        let powers = (0..20).flat_map(|k| {
+            let p = 10u64.pow(k);
+            [p - 1, p, p + 1, p.saturating_mul(7) / 3]
+        });
+        for n in [0, 7, 10, 1234567890123, u64::MAX]
+            .into_iter()
+            .chain(powers)
+        {
             out.clear();
             write_u64(&mut out, n);
             assert_eq!(&out[..], n.to_string().as_bytes());

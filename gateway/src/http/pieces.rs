@@ -167,7 +167,11 @@ mod tests {
         assert_eq!(frames, 1);
 
         let big = vec![b'a'; JOIN_MAX];
-        let body = UpBody::three(Bytes::from(big.clone()), Bytes::from_static(b"b"), Bytes::new());
+        let body = UpBody::three(
+            Bytes::from(big.clone()),
+            Bytes::from_static(b"b"),
+            Bytes::new(),
+        );
         assert_eq!(body.len() as usize, JOIN_MAX + 1);
         let (out, frames) = run(sent(body));
         assert_eq!(out.len(), JOIN_MAX + 1);
@@ -195,7 +199,10 @@ mod tests {
             let want = [&b"{\"model\":"[..], &[b'x'; 80][..], tail.as_bytes()].concat();
             assert_eq!(out, want);
             if n % 97 == 0 {
-                kept.push((join([b"a", &[b'y'; 50], tail.as_bytes()], 51 + tail.len()), tail));
+                kept.push((
+                    join([b"a", &[b'y'; 50], tail.as_bytes()], 51 + tail.len()),
+                    tail,
+                ));
             }
         }
         for (b, tail) in kept {

@@ -592,7 +592,7 @@ impl Record {
 
     /// The end of the request path: sets `x-request-id` (and the 429 headers), records the status,
     /// and finishes the record unless a stream took it over.
-    pub fn respond(mut self, mut resp: GwResponse) -> GwResponse {
+    pub fn respond(&mut self, mut resp: GwResponse) -> GwResponse {
         let h = resp.headers_mut();
         h.insert(X_REQUEST_ID.clone(), self.request_id.clone());
         for (n, v) in self.ratelimit_headers.drain(..) {
@@ -606,8 +606,8 @@ impl Record {
             if i.upstream_start.is_some() && i.upstream_end.is_none() {
                 i.upstream_end = Some(Instant::now());
             }
-        }
-        if let Some(i) = self.inner.take() {
+            // Finished where it lies: the record is a few hundred bytes, and moving it out
+            // costs a copy; `finished` keeps `Drop` from finishing it again.
             finish(i);
         }
         resp
@@ -618,7 +618,7 @@ impl Drop for Record {
     fn drop(&mut self) {
         // Only when the request future was dropped before `respond` (the client went away while
         // waiting for the upstream): 499, as nginx logs it.
-        if let Some(mut i) = self.inner.take() {
+        if let Some(i) = self.inner.as_mut() {
             if i.status == 0 {
                 i.status = 499;
             }
@@ -699,7 +699,7 @@ impl StreamTransform for Tracked {
 
 impl Drop for Tracked {
     fn drop(&mut self) {
-        if let Some(mut r) = self.rec.take() {
+        if let Some(r) = self.rec.as_mut() {
             if r.upstream_end.is_none() && r.stream_error.is_none() {
                 r.stream_error = Some("client disconnected".into());
             }
@@ -708,7 +708,7 @@ impl Drop for Tracked {
     }
 }
 
-fn finish(mut i: Inner) {
+fn finish(i: &mut Inner) {
     if i.finished {
         return;
     }
@@ -748,7 +748,7 @@ fn finish(mut i: Inner) {
     LINE.with(|l| {
         let mut l = l.borrow_mut();
         l.clear();
-        write_line(&mut l, &i, duration, upstream, first_token);
+        write_line(&mut l, i, duration, upstream, first_token);
         emit(&l);
     });
 }
@@ -756,20 +756,22 @@ fn finish(mut i: Inner) {
 /// `n` as exactly `width` digits (zero-padded; `n` must fit).
 fn push_padded(out: &mut Vec<u8>, n: u64, width: usize) {
     let mut buf = [b'0'; 20];
-    let mut n = n;
-    for i in (20 - width..20).rev() {
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-    }
-    out.extend_from_slice(&buf[20 - width..]);
+    let start = json::digits_into(&mut buf, n);
+    out.extend_from_slice(&buf[(20 - width).min(start)..]);
 }
 
-/// Milliseconds with microsecond precision: `12.345`.
+/// Milliseconds with microsecond precision: `12.345`, written in one piece.
 fn push_ms(out: &mut Vec<u8>, d: Duration) {
-    let us = d.as_micros() as u64;
-    json::write_u64(out, us / 1000);
-    out.push(b'.');
-    push_padded(out, us % 1000, 3);
+    let us = d.as_micros().min(u128::from(u64::MAX)) as u64;
+    let frac = us % 1000;
+    let mut buf = [0u8; 24];
+    buf[20] = b'.';
+    buf[21] = b'0' + (frac / 100) as u8;
+    buf[22] = b'0' + (frac / 10 % 10) as u8;
+    buf[23] = b'0' + (frac % 10) as u8;
+    let whole: &mut [u8; 20] = (&mut buf[..20]).try_into().expect("twenty bytes");
+    let start = json::digits_into(whole, us / 1000);
+    out.extend_from_slice(&buf[start..]);
 }
 
 fn write_line(
@@ -1051,6 +1053,31 @@ mod tests {
             String::from_utf8(o).unwrap(),
             "0 18446744073709551615 12.045 0.007"
         );
+        for us in [
+            0,
+            9,
+            10,
+            99,
+            100,
+            999,
+            1000,
+            1001,
+            99_999,
+            123_456_789,
+            u64::MAX,
+        ] {
+            let mut o = Vec::new();
+            push_ms(&mut o, Duration::from_micros(us));
+            assert_eq!(
+                String::from_utf8(o).unwrap(),
+                format!("{}.{:03}", us / 1000, us % 1000)
+            );
+        }
+        for (n, width) in [(0, 2), (7, 2), (42, 2), (5, 3), (999, 3), (2026, 4), (9, 4)] {
+            let mut o = Vec::new();
+            push_padded(&mut o, n, width);
+            assert_eq!(String::from_utf8(o).unwrap(), format!("{n:0width$}"));
+        }
     }
 
     #[test]
@@ -1077,7 +1104,7 @@ mod tests {
         r.set_unknown_model("weird\"model");
         r.upstream_start(0, Instant::now());
         r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);
-        let i = r.inner.take().unwrap();
+        let mut i = r.inner.take().unwrap();
         let mut out = Vec::new();
         write_line(&mut out, &i, Duration::from_millis(5), None, None);
         let v: Value = serde_json::from_slice(&out).unwrap();
@@ -1087,6 +1114,6 @@ mod tests {
         assert_eq!(v["tokens_out"], 2);
         assert_eq!(v["key_id"], Value::Null);
         assert_eq!(v["route"], "/v1/chat/completions");
-        finish(i);
+        finish(&mut i);
     }
 }
