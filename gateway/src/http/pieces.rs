@@ -52,14 +52,20 @@ impl UpBody {
         UpBody(Repr::One(b))
     }
 
-    /// `a`, `b` and `c` back to back: joined into one when small (see the module docs).
-    pub fn three(a: Bytes, b: Bytes, c: Bytes) -> Self {
-        let len = a.len() + b.len() + c.len();
+    /// `body` with the bytes at `span` (start, end) replaced by `with`: joined into one when
+    /// small (see the module docs), else sent as its three pieces without a copy.
+    pub fn replacing(body: &Bytes, span: (usize, usize), with: &Bytes) -> Self {
+        let (s, e) = span;
+        let len = body.len() - (e - s) + with.len();
         if len <= JOIN_MAX {
-            return UpBody::one(join([&a, &b, &c], len));
+            return UpBody::one(join([&body[..s], with, &body[e..]], len));
         }
         UpBody(Repr::Pieces(Box::new(Pieces {
-            parts: [Some(a), Some(b), Some(c)],
+            parts: [
+                Some(body.slice(..s)),
+                Some(with.clone()),
+                Some(body.slice(e..)),
+            ],
             len: len as u64,
         })))
     }
@@ -156,27 +162,24 @@ mod tests {
 
     #[test]
     fn small_pieces_are_sent_as_one_frame_and_large_ones_as_their_pieces() {
-        let small = UpBody::three(
-            Bytes::from_static(b"{\"model\":"),
-            Bytes::from_static(b"\"up\""),
-            Bytes::from_static(b",\"x\":1}"),
-        );
+        let body = Bytes::from_static(b"{\"model\":\"gpt\",\"x\":1}");
+        let small = UpBody::replacing(&body, (9, 14), &Bytes::from_static(b"\"up\""));
         assert_eq!(small.len(), 20);
         let (out, frames) = run(sent(small));
         assert_eq!(out, b"{\"model\":\"up\",\"x\":1}");
         assert_eq!(frames, 1);
 
-        let big = vec![b'a'; JOIN_MAX];
-        let body = UpBody::three(
-            Bytes::from(big.clone()),
-            Bytes::from_static(b"b"),
-            Bytes::new(),
+        let mut big = vec![b'a'; JOIN_MAX];
+        big.extend_from_slice(b"\"m\"");
+        let body = UpBody::replacing(
+            &Bytes::from(big.clone()),
+            (JOIN_MAX, JOIN_MAX + 3),
+            &Bytes::from_static(b"\"up\""),
         );
-        assert_eq!(body.len() as usize, JOIN_MAX + 1);
+        assert_eq!(body.len() as usize, JOIN_MAX + 4);
         let (out, frames) = run(sent(body));
-        assert_eq!(out.len(), JOIN_MAX + 1);
-        assert_eq!(&out[..JOIN_MAX], &big[..]);
-        assert_eq!(out[JOIN_MAX], b'b');
+        assert_eq!(&out[..JOIN_MAX], &big[..JOIN_MAX]);
+        assert_eq!(&out[JOIN_MAX..], b"\"up\"");
         assert_eq!(frames, 2, "an empty piece is not a frame");
 
         let (out, frames) = run(sent(UpBody::one(Bytes::new())));
@@ -190,11 +193,8 @@ mod tests {
         let mut kept = Vec::new();
         for n in 0..4 * CHUNK / 100 {
             let tail = format!(",\"n\":{n}}}");
-            let body = UpBody::three(
-                Bytes::from_static(b"{\"model\":"),
-                Bytes::from(vec![b'x'; 80]),
-                Bytes::from(tail.clone()),
-            );
+            let client = Bytes::from(format!("{{\"model\":\"m\"{tail}"));
+            let body = UpBody::replacing(&client, (9, 12), &Bytes::from(vec![b'x'; 80]));
             let (out, _) = run(sent(body));
             let want = [&b"{\"model\":"[..], &[b'x'; 80][..], tail.as_bytes()].concat();
             assert_eq!(out, want);

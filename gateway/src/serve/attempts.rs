@@ -141,12 +141,7 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
     let up_dialect = provider::upstream_dialect(c.dialect, d.provider.kind);
     let native = up_dialect == c.dialect;
     let (body, translation) = if native {
-        let (s, e) = c.model_span;
-        let b = UpBody::three(
-            c.body.slice(..s),
-            d.upstream_json.clone(),
-            c.body.slice(e..),
-        );
+        let b = UpBody::replacing(c.body, c.model_span, &d.upstream_json);
         #[cfg(feature = "bench-dom-native")]
         let b = dom_rewrite(c.body, &d.upstream_model).unwrap_or(b);
         (b, None)
@@ -270,11 +265,7 @@ async fn send(
             let [model] = json::find_members(&bytes, ["model"]).unwrap_or_default();
             rec.usage_from_body(&bytes);
             let out = match model {
-                Some((s, e)) => UpBody::three(
-                    bytes.slice(..s),
-                    c.route.alias_json.clone(),
-                    bytes.slice(e..),
-                ),
+                Some(span) => UpBody::replacing(&bytes, span, &c.route.alias_json),
                 None => UpBody::one(bytes),
             };
             Ok(json_response_parts(StatusCode::OK, out, head.headers))

@@ -38,7 +38,7 @@ fn model_error(message: &str) -> GwError {
 pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
     // The scan skips the bytes of strings it does not decode, and the native route forwards them
     // as they are: validate the whole body once (std's ASCII fast path).
-    std::str::from_utf8(body).map_err(not_utf8)?;
+    let text = std::str::from_utf8(body).map_err(not_utf8)?;
     let [model, stream] = json::scan_object(body, ["model", "stream"]).map_err(|e| match e {
         ScanError::Syntax { what, at } => {
             GwError::bad_request(format!("invalid JSON body: expected {what} at byte {at}"))
@@ -69,8 +69,13 @@ pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
     if body[start] != b'"' {
         return Err(model_error("`model` must be a string"));
     }
-    let model = json::decode_str(&body[start + 1..end - 1])
-        .map_err(|_| model_error("`model` must be a string"))?;
+    // The body is UTF-8 (checked above), so a model without escapes is its own text.
+    let raw = &text[start + 1..end - 1];
+    let model = if raw.bytes().any(|b| b == b'\\') {
+        json::decode_str(raw.as_bytes()).map_err(|_| model_error("`model` must be a string"))?
+    } else {
+        Cow::Borrowed(raw)
+    };
     Ok(Head {
         model,
         stream,

@@ -106,12 +106,12 @@ async fn run(
         }
     };
     let head = head::parse_head(&body)?;
-    let Some(route) = snap.routes.get(head.model.as_ref()).cloned() else {
+    let Some(route) = snap.routes.get(head.model.as_ref()) else {
         rec.set_unknown_model(&head.model);
         return Err(GwError::unknown_model(&head.model));
     };
     let stream = head.stream;
-    rec.set_route(&snap.metric_models, &route, stream);
+    rec.set_route(&snap.metric_models, route, stream);
     caller.authorize(&route.alias)?;
     let estimate = body.len() as u64 / 4;
     let admission = match snap
@@ -138,7 +138,7 @@ async fn run(
         body: &body,
         model_span: head.model_span,
         stream,
-        route: &route,
+        route,
         // The client's headers are no longer needed: their map carries the upstream request's.
         headers: Cell::new(parts.headers),
     };
