@@ -263,7 +263,7 @@ impl Usage {
 /// skipped); anything malformed gives `None`.
 pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     let key = b"\"usage\":";
-    let pos = rfind_key(body, key)?;
+    let pos = rfind_key(body, key, 4)?;
     let mut p = Scan {
         b: body,
         i: pos + key.len(),
@@ -311,16 +311,20 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     Some(u)
 }
 
-/// Where the last `key` starts in `body`, looking backwards from each occurrence of its last
-/// byte. For a short key near the end of a short body (the usage object closes every answer)
-/// this is a third of `memmem::rfind`'s cost, which builds its searcher on every call.
-fn rfind_key(body: &[u8], key: &[u8]) -> Option<usize> {
-    let (&last, k) = (key.last()?, key.len());
-    let mut end = body.len();
-    while end >= k {
-        let at = memchr::memrchr(last, &body[k - 1..end])? + k - 1;
-        if &body[at + 1 - k..=at] == key {
-            return Some(at + 1 - k);
+/// Where the last `key` starts in `body`, looking backwards from each occurrence of its byte at
+/// `anchor` (chosen rare: every member of a usage object has a `:`, none of the usage members of
+/// the three dialects has the `g` of `"usage"`, so the first hit from the end is usually the
+/// key). For a short key near the end of a short body (the usage object closes every answer)
+/// this is a fraction of `memmem::rfind`'s cost, which builds its searcher on every call.
+fn rfind_key(body: &[u8], key: &[u8], anchor: usize) -> Option<usize> {
+    let (byte, k) = (*key.get(anchor)?, key.len());
+    // `at` is the anchor's position in a candidate; the key then spans `at - anchor..`.
+    let mut end = body.len().checked_sub(k - 1 - anchor)?;
+    while end > anchor {
+        let at = memchr::memrchr(byte, &body[anchor..end])? + anchor;
+        let start = at - anchor;
+        if &body[start..start + k] == key {
+            return Some(start);
         }
         end = at;
     }
@@ -972,8 +976,30 @@ mod tests {
             b"\"usag\":\"usage\":\"sage\":",
             br#"{"a":"\"usage\": 5","usage":{"prompt_tokens":1}}"#,
         ];
-        for b in bodies {
-            assert_eq!(rfind_key(b, key), memchr::memmem::rfind(b, key), "{:?}", b);
+        // And every short string over the key's own alphabet, from a fixed pseudo-random walk.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let alphabet = b"\"usage:x";
+        let random: Vec<Vec<u8>> = (0..2000)
+            .map(|_| {
+                seed = splitmix(seed);
+                let len = (seed % 24) as usize;
+                (0..len)
+                    .map(|i| alphabet[(splitmix(seed ^ i as u64) % 8) as usize])
+                    .collect()
+            })
+            .collect();
+        for b in bodies
+            .iter()
+            .copied()
+            .chain(random.iter().map(Vec::as_slice))
+        {
+            for anchor in 0..key.len() {
+                assert_eq!(
+                    rfind_key(b, key, anchor),
+                    memchr::memmem::rfind(b, key),
+                    "{b:?} {anchor}"
+                );
+            }
         }
     }
 
