@@ -149,7 +149,7 @@ pub fn find_members<const N: usize>(
     }
     i = ws(body, i + 1);
     while missing > 0 && body.get(i) == Some(&b'"') {
-        let name_end = string_end(body, i)?;
+        let (name_end, name_escaped) = string_end_escaped(body, i)?;
         let name = &body[i + 1..name_end - 1];
         i = ws(body, name_end);
         if body.get(i) != Some(&b':') {
@@ -189,11 +189,10 @@ pub fn find_members<const N: usize>(
                 i
             }
         };
-        let which = match keys.iter().position(|k| k.as_bytes() == name) {
-            None if name.contains(&b'\\') => {
-                keys.iter().position(|k| decoded_is(name, k.as_bytes()))
-            }
-            k => k,
+        let which = if name_escaped {
+            keys.iter().position(|k| decoded_is(name, k.as_bytes()))
+        } else {
+            keys.iter().position(|k| k.as_bytes() == name)
         };
         if let Some(k) = which {
             if found[k].is_none() {
@@ -555,9 +554,16 @@ pub fn copy_replacing(out: &mut BytesMut, data: &[u8], spans: &[(usize, usize)],
 /// strings are short (keys, ids): the first 32 bytes are searched eight at a time, the rest of a
 /// long one with memchr's vector search.
 pub fn string_end(data: &[u8], start: usize) -> Option<usize> {
+    string_end_escaped(data, start).map(|(end, _)| end)
+}
+
+/// [`string_end`], and whether the literal has an escape (a backslash) in it.
+#[inline]
+fn string_end_escaped(data: &[u8], start: usize) -> Option<(usize, bool)> {
     if data.get(start) != Some(&b'"') {
         return None;
     }
+    let mut escaped = false;
     let mut i = start + 1;
     let short_until = i + 32;
     loop {
@@ -575,8 +581,11 @@ pub fn string_end(data: &[u8], start: usize) -> Option<usize> {
             i += memchr::memchr2(b'"', b'\\', data.get(i..)?)?;
         }
         match *data.get(i)? {
-            b'"' => return Some(i + 1),
-            b'\\' => i += 2,
+            b'"' => return Some((i + 1, escaped)),
+            b'\\' => {
+                escaped = true;
+                i += 2;
+            }
             _ => i += 1,
         }
     }
