@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -220,10 +220,10 @@ pub fn new_request_id() -> HeaderValue {
     arena::visible_ascii(&buf)
 }
 
-/// The client's `x-request-id` when it is reasonable (1..=128 visible characters from a safe
-/// set), else a new one.
-pub fn request_id(headers: &HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get(&X_REQUEST_ID) {
+/// The client's `x-request-id` (`client`) when it is reasonable (1..=128 visible characters
+/// from a safe set), else a new one.
+pub fn request_id(client: Option<&HeaderValue>) -> HeaderValue {
+    if let Some(v) = client {
         let b = v.as_bytes();
         if !b.is_empty()
             && b.len() <= 128
@@ -444,9 +444,10 @@ pub struct Record {
 }
 
 impl Record {
-    /// At the start of a proxied request: takes the request id and counts the request in flight.
-    pub fn start(route: Dialect, headers: &HeaderMap) -> Record {
-        let request_id = request_id(headers);
+    /// At the start of a proxied request: takes the request id (the client's `x-request-id`, if
+    /// it sent one) and counts the request in flight.
+    pub fn start(route: Dialect, client_request_id: Option<&HeaderValue>) -> Record {
+        let request_id = request_id(client_request_id);
         metrics::inflight_add(route, 1);
         Record {
             request_id: request_id.clone(),
@@ -961,6 +962,7 @@ fn civil_prefix(out: &mut Vec<u8>, secs: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     #[test]
     fn rfind_key_finds_what_memmem_finds() {
@@ -1057,12 +1059,12 @@ mod tests {
         assert_eq!(a.len(), 24);
         let mut h = HeaderMap::new();
         h.insert("x-request-id", HeaderValue::from_static("abc-123"));
-        assert_eq!(request_id(&h), "abc-123");
+        assert_eq!(request_id(h.get(&X_REQUEST_ID)), "abc-123");
         h.insert(
             "x-request-id",
             HeaderValue::from_static("bad id with spaces"),
         );
-        assert_eq!(request_id(&h).len(), 24);
+        assert_eq!(request_id(h.get(&X_REQUEST_ID)).len(), 24);
     }
 
     #[test]
@@ -1126,7 +1128,7 @@ mod tests {
     fn line_is_json_with_fields() {
         let mut h = HeaderMap::new();
         h.insert("x-request-id", HeaderValue::from_static("req-1"));
-        let mut r = Record::start(Dialect::Chat, &h);
+        let mut r = Record::start(Dialect::Chat, h.get(&X_REQUEST_ID));
         r.set_unknown_model("weird\"model");
         r.upstream_start(0, Instant::now());
         r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);

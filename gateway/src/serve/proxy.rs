@@ -4,7 +4,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use http::{Request, StatusCode};
+use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 
 use crate::config::Snapshot;
@@ -12,7 +12,7 @@ use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
-use crate::posture::access_log::Record;
+use crate::posture::access_log::{Record, X_REQUEST_ID};
 use crate::posture::limits::Admit;
 use crate::serve::{attempts, head};
 
@@ -23,8 +23,9 @@ pub async fn handle(
     dialect: Dialect,
     req: Request<Incoming>,
 ) -> GwResponse {
-    let mut rec = Record::start(dialect, req.headers());
-    let resp = match run(client, &snap, dialect, req, &mut rec).await {
+    let ClientHead { request_id, checks } = ClientHead::of(&req);
+    let mut rec = Record::start(dialect, request_id);
+    let resp = match run(client, &snap, dialect, req, checks, &mut rec).await {
         Ok(r) => r,
         Err(e) => {
             rec.set_error(&e);
@@ -34,10 +35,49 @@ pub async fn handle(
     rec.respond(resp)
 }
 
+/// What the request path reads from the client's head, found in one pass over its headers
+/// instead of a map lookup each (the map hashes every name it is asked for).
+struct ClientHead<'a> {
+    /// The client's `x-request-id`, if any (the first).
+    request_id: Option<&'a HeaderValue>,
+    checks: HeadChecks,
+}
+
+/// The checks of the client's head, answered in this order once the request is known to be
+/// proxied: the head's size, then (after the caller's key) its content type.
+struct HeadChecks {
+    /// The head's size as `limits_header_bytes` counts it: the target and every header as sent
+    /// (name, value, `: ` and CRLF).
+    size: usize,
+    content_type: Result<(), GwError>,
+}
+
+impl<'a> ClientHead<'a> {
+    fn of(req: &'a Request<Incoming>) -> Self {
+        let mut size = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+        let (mut content_type, mut request_id) = (None, None);
+        for (k, v) in req.headers() {
+            size += k.as_str().len() + v.len() + 4;
+            if *k == http::header::CONTENT_TYPE {
+                content_type.get_or_insert(v);
+            } else if *k == X_REQUEST_ID {
+                request_id.get_or_insert(v);
+            }
+        }
+        ClientHead {
+            request_id,
+            checks: HeadChecks {
+                size,
+                content_type: check_content_type(content_type),
+            },
+        }
+    }
+}
+
 /// Every dialect's body is JSON. A missing content type is tolerated (some clients omit it); a
 /// declared non-JSON one is a client error, answered before the body is read.
-fn check_content_type(headers: &http::HeaderMap) -> Result<(), GwError> {
-    let Some(ct) = headers.get(http::header::CONTENT_TYPE) else {
+fn check_content_type(ct: Option<&HeaderValue>) -> Result<(), GwError> {
+    let Some(ct) = ct else {
         return Ok(());
     };
     let essence = ct.as_bytes().split(|&b| b == b';').next().unwrap_or(b"");
@@ -56,15 +96,10 @@ fn check_content_type(headers: &http::HeaderMap) -> Result<(), GwError> {
     ))
 }
 
-/// The request head against `limits_header_bytes` (431, like the body's 413): the target and
-/// every header as sent (name, value, `: ` and CRLF). hyper reads heads up to twice the limit
-/// (`serve/worker.rs`), so that this answer can be in the client's dialect.
-fn check_head_size(req: &Request<Incoming>, max: usize) -> Result<(), GwError> {
-    let mut n = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-    for (k, v) in req.headers() {
-        n += k.as_str().len() + v.len() + 4;
-    }
-    if n > max {
+/// The request head against `limits_header_bytes` (431, like the body's 413). hyper reads heads
+/// up to twice the limit (`serve/worker.rs`), so that this answer can be in the client's dialect.
+fn check_head_size(size: usize, max: usize) -> Result<(), GwError> {
+    if size > max {
         return Err(GwError::new(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             format!("request headers exceed {max} bytes"),
@@ -78,12 +113,13 @@ async fn run(
     snap: &Snapshot,
     dialect: Dialect,
     req: Request<Incoming>,
+    head: HeadChecks,
     rec: &mut Record,
 ) -> Result<GwResponse, GwError> {
-    check_head_size(&req, snap.max_header_bytes)?;
+    check_head_size(head.size, snap.max_header_bytes)?;
     let caller = snap.keys.authenticate(req.headers())?;
     rec.set_caller(&caller);
-    check_content_type(req.headers())?;
+    head.content_type?;
     let (parts, body) = req.into_parts();
     let limit = snap.max_body_bytes;
     let timeout = snap.body_read_timeout;
