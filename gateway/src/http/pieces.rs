@@ -23,8 +23,10 @@ use hyper::body::{Body, Frame, SizeHint};
 const JOIN_MAX: usize = 16 << 10;
 /// Bytes per buffer of the per-thread join buffer: several joined bodies share one allocation,
 /// which is reused in place when every body cut from it is gone by the time it is full (hyper
-/// drops a body once it is written, so that is soon).
-const CHUNK: usize = 64 << 10;
+/// drops a body once it is written, so that is soon). A body that lives long (an answer a slow
+/// client reads) keeps its whole buffer: this small, that is what a body cut from hyper's read
+/// buffer kept before (8 KiB and up).
+const CHUNK: usize = 16 << 10;
 
 thread_local! {
     static JOINED: RefCell<BytesMut> = RefCell::new(BytesMut::new());
