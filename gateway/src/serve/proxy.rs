@@ -113,13 +113,13 @@ async fn run(
     snap: &Snapshot,
     dialect: Dialect,
     req: Request<Incoming>,
-    head: HeadChecks,
+    checks: HeadChecks,
     rec: &mut Record,
 ) -> Result<GwResponse, GwError> {
-    check_head_size(head.size, snap.max_header_bytes)?;
+    check_head_size(checks.size, snap.max_header_bytes)?;
     let caller = snap.keys.authenticate(req.headers())?;
     rec.set_caller(&caller);
-    head.content_type?;
+    checks.content_type?;
     let (parts, body) = req.into_parts();
     let limit = snap.max_body_bytes;
     let timeout = snap.body_read_timeout;
