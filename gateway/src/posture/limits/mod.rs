@@ -540,12 +540,8 @@ impl Limits {
     /// the store can tell, the answer is [`Admit::Wait`].
     pub fn admit(&self, key: Option<&str>, model: &str, estimated_tokens: u64) -> Admit {
         if self.is_empty() {
-            // No policy: nothing to count, and no clock to read.
-            return Admit::Now(Ok(Admission::new(
-                estimated_tokens,
-                self.headers_on_success,
-                false,
-            )));
+            // No policy: `admit_at` counts nothing and reads no time, so no clock is read for it.
+            return Admit::Now(self.admit_at(0, key, model, estimated_tokens));
         }
         let Some(store) = &self.store else {
             return Admit::Now(self.admit_at(now_ns(), key, model, estimated_tokens));
