@@ -540,8 +540,12 @@ impl Limits {
     /// the store can tell, the answer is [`Admit::Wait`].
     pub fn admit(&self, key: Option<&str>, model: &str, estimated_tokens: u64) -> Admit {
         if self.is_empty() {
-            // No policy: `admit_at` counts nothing and reads no time, so no clock is read for it.
-            return Admit::Now(self.admit_at(0, key, model, estimated_tokens));
+            // No policy: nothing to count, and no clock to read.
+            return Admit::Now(Ok(Admission::new(
+                estimated_tokens,
+                self.headers_on_success,
+                false,
+            )));
         }
         let Some(store) = &self.store else {
             return Admit::Now(self.admit_at(now_ns(), key, model, estimated_tokens));
@@ -717,10 +721,8 @@ impl Limits {
         model: &str,
         estimated_tokens: u64,
     ) -> Result<Admission, Rejection> {
+        // Without a policy (`admit` answers that itself) both lookups find nothing.
         let mut adm = Admission::new(estimated_tokens, self.headers_on_success, false);
-        if self.is_empty() {
-            return Ok(adm);
-        }
         let k = key.and_then(|k| self.keys.get(k));
         let m = self.models.get(model);
         for st in [k, m].into_iter().flatten() {
