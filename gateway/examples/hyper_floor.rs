@@ -8,8 +8,9 @@
 //! with `half_close(true)` and no header timer, the gateway's own socket adapter (`ClientIo`) on
 //! both sides, a per-worker stack of hyper client connections each driven by a task of its own,
 //! both bodies read whole by the gateway's `read_all` and sent as one frame of its `UpBody`,
-//! `TCP_NODELAY` on both sides, exit status 0 on SIGTERM. What it leaves out is everything the gateway is for: no JSON is scanned or validated,
-//! no model renamed, no route, key, limit, metric, access log, deadline or error in a dialect.
+//! `TCP_NODELAY` on both sides, exit status 0 on SIGTERM. What it leaves out is everything the
+//! gateway is for: no JSON is scanned or validated, no model renamed, no route, key, limit,
+//! metric, access log, deadline or error in a dialect.
 //! So the gap between it and the gateway is the gateway's own work, and the gap between it and
 //! nginx is what hyper and tokio cost as the design keeps them (`bench/hyper-floor`).
 

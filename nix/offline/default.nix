@@ -24,7 +24,7 @@ let
 
   # Only what `cargo build` of the binaries needs (the workspace crates and the patched
   # dependencies they build), so that editing docs, shapes, Nix code or the
-  # crates' tests, fuzz targets and READMEs rebuilds no binary.
+  # crates' tests, examples, fuzz targets and READMEs rebuilds no binary.
   cargoSource = builtins.path {
     name = "gateway-workspace-source";
     path = root;
@@ -39,7 +39,7 @@ let
       (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer"
         # Patched dependencies (third_party/README.md).
         || top == "third_party")
-      && !(builtins.elem second [ "tests" "fuzz" "target" "README.md" ])
+      && !(builtins.elem second [ "tests" "examples" "fuzz" "target" "README.md" ])
       && builtins.match ".*\\.py[co]?" base == null;
   };
 
