@@ -312,10 +312,10 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
 }
 
 /// Where the last `key` starts in `body`, looking backwards from each occurrence of its byte at
-/// `anchor` (chosen rare: every member of a usage object has a `:`, but of the three dialects'
-/// usage members only OpenAI's nested `reasoning_tokens` has the `g` of `"usage"`, so the first
-/// or second hit from the end is the key). For a short key near the end of a short body (the usage object closes every answer)
-/// this is a fraction of `memmem::rfind`'s cost, which builds its searcher on every call.
+/// `anchor` (chosen rare: every usage member has a `:`, but of the three dialects' usage members
+/// only OpenAI's nested `reasoning_tokens` has the `g` of `"usage"`, so the first or second hit
+/// from the end is the key). For a short key near the end of a short body (the usage object
+/// closes every answer) this is a fraction of `memmem::rfind`'s cost, which builds its searcher.
 fn rfind_key(body: &[u8], key: &[u8], anchor: usize) -> Option<usize> {
     let (byte, k) = (*key.get(anchor)?, key.len());
     // `at` is the anchor's position in a candidate; the key then spans `at - anchor..`.
