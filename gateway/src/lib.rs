@@ -10,13 +10,16 @@
 //! 3. [`http`]: bodies, the SSE body, the upstream pool, TLS
 //! 4. [`provider`]: upstreams and the requests they expect
 //! 5. [`routing`]: aliases to providers
-//! 6. [`posture`]: auth, limits, metrics, the access log
-//! 7. [`config`]: the file, assembled from every section
-//! 8. [`serve`]: workers, the request path, signals
+//! 6. [`posture`]: auth, limits, metrics
+//! 7. [`exchange`]: one request's life (admission bookkeeping, settlement, metrics sample, the
+//!    access log)
+//! 8. [`config`]: the file, assembled from every section
+//! 9. [`serve`]: workers, the request path, signals
 
 pub mod alloc;
 pub mod config;
 pub mod dialect;
+pub mod exchange;
 pub mod http;
 pub mod json;
 pub mod posture;

@@ -22,9 +22,10 @@ const LAYERS: &[(&str, usize)] = &[
     ("provider", 3),
     ("routing", 4),
     ("posture", 5),
-    ("config", 6),
-    ("serve", 7),
-    ("main", 8),
+    ("exchange", 6),
+    ("config", 7),
+    ("serve", 8),
+    ("main", 9),
 ];
 
 #[test]

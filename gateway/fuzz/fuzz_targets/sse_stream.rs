@@ -49,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
                     failed = true;
                     break;
                 }
-                let _ = gateway::posture::access_log::scan_usage(&ev.data);
+                let _ = gateway::json::usage::scan_usage(&ev.data);
             }
             if failed {
                 break;

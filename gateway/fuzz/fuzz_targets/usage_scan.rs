@@ -3,5 +3,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = gateway::posture::access_log::scan_usage(data);
+    let _ = gateway::json::usage::scan_usage(data);
 });

@@ -17,7 +17,7 @@ pub mod check;
 pub mod postures;
 
 use crate::config::check::{Checker, ConfigError};
-use crate::posture::access_log::AccessLogConfig;
+use crate::exchange::access_log::AccessLogConfig;
 use crate::posture::auth::Keys;
 use crate::posture::limits::Limits;
 use crate::posture::metrics::{MetricsConfig, ModelLabels, UpstreamLabels};

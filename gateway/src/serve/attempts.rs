@@ -21,6 +21,7 @@ use crate::dialect::native::NativeStream;
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::translate::{self, Translation};
 use crate::dialect::Dialect;
+use crate::exchange::Record;
 use crate::http::body::{
     self, json_response, json_response_parts, sse_response, GwResponse, ReadError, UpBody,
 };
@@ -29,7 +30,6 @@ use crate::http::deadline::timeout_at;
 use crate::http::stream::SseBody;
 #[cfg(not(feature = "bench-dom-native"))]
 use crate::json;
-use crate::posture::access_log::Record;
 use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
 use crate::posture::metrics::{self, AttemptOutcome};
 use crate::provider;

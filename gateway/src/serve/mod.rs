@@ -27,8 +27,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::exchange::access_log;
 use crate::posture::limits::store::Store;
-use crate::posture::{access_log, metrics};
+use crate::posture::metrics;
 use crate::serve::signals::Signals;
 
 fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {

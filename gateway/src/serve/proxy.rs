@@ -10,9 +10,10 @@ use hyper::body::Incoming;
 use crate::config::Snapshot;
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
+use crate::exchange::request_id::X_REQUEST_ID;
+use crate::exchange::Record;
 use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
-use crate::posture::access_log::{Record, X_REQUEST_ID};
 use crate::posture::limits::Admit;
 use crate::serve::{attempts, head};
 

@@ -1,10 +1,18 @@
 //! Byte-level JSON helpers for the hot paths: validate a document and locate a few top-level
 //! values in one pass without a DOM ([`scan_object`]), rename a `model` value in stream frames,
-//! and write strings and integers without `fmt`. Knows nothing of dialects or errors.
+//! write strings and integers without `fmt` ([`write`]), and read the token usage of an answer
+//! ([`usage`]). Knows nothing of dialects or errors.
+
+mod swar;
+pub mod usage;
+pub mod write;
 
 use std::borrow::Cow;
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
+
+use swar::{has_byte, special_bytes};
+pub use write::{digits_into, write_str, write_u64};
 
 /// The deepest nesting accepted: serde_json's recursion limit, which the translated routes hit
 /// when they parse a body.
@@ -529,16 +537,6 @@ impl Cursor<'_, '_> {
     }
 }
 
-/// The high bit of each byte of `w` that ends a run of plain string bytes: `"`, `\\` or a control
-/// character. Only the lowest flagged byte is exact (a borrow can flag bytes above it), which is
-/// all [`Cursor::string`] uses.
-#[inline]
-fn special_bytes(w: u64) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    let control = w.wrapping_sub(ONES * 0x20) & !w & (ONES << 7);
-    control | has_byte(w, b'"') | has_byte(w, b'\\')
-}
-
 /// Copies `data` to `out` with each of `spans` (ascending, not overlapping) replaced by `to`.
 pub fn copy_replacing(out: &mut BytesMut, data: &[u8], spans: &[(usize, usize)], to: &[u8]) {
     let mut pos = 0;
@@ -591,136 +589,9 @@ fn string_end_escaped(data: &[u8], start: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// The high bit of each byte of `w` equal to `b` (exact for the lowest one, which is all the
-/// callers use: a borrow can flag a byte above a true one).
-#[inline]
-fn has_byte(w: u64, b: u8) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    let x = w ^ (ONES * b as u64);
-    x.wrapping_sub(ONES) & !x & (ONES << 7)
-}
-
-/// Appends `s` as a JSON string literal. Stream encoders write their frames with this and a few
-/// constant pieces instead of building a `serde_json::Value` per frame.
-pub fn write_str(out: &mut impl BufMut, s: &str) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let b = s.as_bytes();
-    out.put_slice(b"\"");
-    // The part before the first byte to escape (usually all of it), found eight bytes at a time.
-    let mut start = 0;
-    while let Some(w) = b.get(start..start + 8) {
-        let special = special_bytes(u64::from_le_bytes(w.try_into().expect("eight bytes")));
-        if special != 0 {
-            start += special.trailing_zeros() as usize / 8;
-            break;
-        }
-        start += 8;
-    }
-    while b
-        .get(start)
-        .is_some_and(|&c| c >= 0x20 && c != b'"' && c != b'\\')
-    {
-        start += 1;
-    }
-    out.put_slice(&b[..start]);
-    for (i, &c) in b.iter().enumerate().skip(start) {
-        let esc: &[u8] = match c {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => b"",
-            _ => continue,
-        };
-        out.put_slice(&b[start..i]);
-        if esc.is_empty() {
-            out.put_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX[(c >> 4) as usize],
-                HEX[(c & 15) as usize],
-            ]);
-        } else {
-            out.put_slice(esc);
-        }
-        start = i + 1;
-    }
-    out.put_slice(&b[start..]);
-    out.put_slice(b"\"");
-}
-
-/// Appends a decimal integer (no `fmt` machinery: hot paths write several per request).
-pub fn write_u64(out: &mut impl BufMut, n: u64) {
-    let mut buf = [0u8; 20];
-    let start = digits_into(&mut buf, n);
-    out.put_slice(&buf[start..]);
-}
-
-/// Writes `n` in decimal at the end of `buf`, two digits at a time, and returns where it starts.
-#[inline]
-pub fn digits_into(buf: &mut [u8; 20], mut n: u64) -> usize {
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-        2021222324252627282930313233343536373839\
-        4041424344454647484950515253545556575859\
-        6061626364656667686970717273747576777879\
-        8081828384858687888990919293949596979899";
-    let mut i = buf.len();
-    while n >= 100 {
-        let r = (n % 100) as usize * 2;
-        n /= 100;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
-    }
-    if n >= 10 {
-        let r = n as usize * 2;
-        i -= 2;
-        buf[i..i + 2].copy_from_slice(&PAIRS[r..r + 2]);
-    } else {
-        i -= 1;
-        buf[i] = b'0' + n as u8;
-    }
-    i
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn writes_json_strings_like_serde() {
-        for s in [
-            "",
-            "plain",
-            "q\"b\\s\n\r\t\u{1}\u{1f}",
-            "é😀",
-            "</script>",
-            "eight by\"tes and more\\, \u{7f} and \u{1f} late",
-            "a long plain string of more than eight bytes",
-        ] {
-            let mut out = BytesMut::new();
-            write_str(&mut out, s);
-            assert_eq!(
-                std::str::from_utf8(&out).unwrap(),
-                serde_json::to_string(s).unwrap()
-            );
-        }
-        let mut out = BytesMut::new();
-        let powers = (0..20).flat_map(|k| {
-            let p = 10u64.pow(k);
-            [p - 1, p, p + 1, p.saturating_mul(7) / 3]
-        });
-        for n in [0, 7, 10, 1234567890123, u64::MAX]
-            .into_iter()
-            .chain(powers)
-        {
-            out.clear();
-            write_u64(&mut out, n);
-            assert_eq!(&out[..], n.to_string().as_bytes());
-        }
-    }
 
     /// Where serde finds a top-level member (the implementation `find_members` replaced).
     fn serde_span(body: &[u8], key: &str) -> Option<(usize, usize)> {

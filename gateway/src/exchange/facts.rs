@@ -1,0 +1,47 @@
+//! What is known of one request as it goes: its timings, route, caller, attempts, usage and the
+//! posture it holds (the admission, the routing lease). Filled in by [`super::Record`], read
+//! once when the request ends: by the settlement and the metrics sample there, and by
+//! [`super::access_log`] for the line.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use http::HeaderValue;
+
+use crate::dialect::Dialect;
+use crate::json::usage::Usage;
+use crate::posture::limits::{Admission, Rejection};
+use crate::posture::metrics::AttemptOutcome;
+use crate::routing::health::Lease;
+use crate::routing::Route;
+
+pub(super) struct Facts {
+    pub(super) t0: Instant,
+    pub(super) start_wall: SystemTime,
+    pub(super) route: Dialect,
+    pub(super) request_id: HeaderValue,
+    pub(super) model_label: u16,
+    /// The configured route (alias, provider) once known.
+    pub(super) target: Option<Arc<Route>>,
+    /// The client's model when it is not a configured alias (truncated).
+    pub(super) asked_model: Option<String>,
+    pub(super) key_id: Option<Arc<str>>,
+    pub(super) status: u16,
+    pub(super) stream: bool,
+    pub(super) upstream_start: Option<Instant>,
+    pub(super) upstream_end: Option<Instant>,
+    pub(super) first_token: Option<Instant>,
+    pub(super) usage: Usage,
+    pub(super) admission: Option<Admission>,
+    pub(super) rejected: Option<Rejection>,
+    pub(super) error: Option<String>,
+    pub(super) stream_error: Option<String>,
+    /// The route's deployment of the latest attempt (the one that served, if one did).
+    pub(super) deployment: Option<u8>,
+    pub(super) attempts: u8,
+    /// (deployment, how it failed, its status or 0) of each attempt that was retried elsewhere.
+    pub(super) failed: Vec<(u8, AttemptOutcome, u16)>,
+    /// The serving attempt's place in flight on its upstream, held until the request ends.
+    pub(super) lease: Option<Lease>,
+    pub(super) finished: bool,
+}

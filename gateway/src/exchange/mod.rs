@@ -1,0 +1,277 @@
+//! One proxied request's life, from its arrival to its end: the request id, the bookkeeping of
+//! admission and attempts, and, exactly once when it ends, the settlement of the rate limiter's
+//! token charge with the real usage, the metrics sample and the access-log line.
+//!
+//! A [`Record`] is started when a proxied request arrives and filled in along the request path
+//! (the caller, the route, the admission and its `x-ratelimit-*` headers, each attempt, the
+//! serving attempt's routing lease, the usage of a buffered answer). For a buffered response it
+//! finishes in [`Record::respond`]; for a stream, [`Record::track_stream`] (in [`stream`]) moves
+//! it into a wrapper around the stream transform that finishes when the stream ends or the client
+//! goes away. `Drop` guarantees that a request is finished exactly once.
+
+pub mod access_log;
+mod facts;
+pub mod request_id;
+mod stream;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use http::{HeaderName, HeaderValue};
+
+use crate::dialect::error::GwError;
+use crate::dialect::Dialect;
+use crate::exchange::facts::Facts;
+use crate::exchange::request_id::{request_id, X_REQUEST_ID};
+use crate::http::body::GwResponse;
+use crate::json::usage::{scan_usage, Usage};
+use crate::posture::auth::Caller;
+use crate::posture::limits::{Admission, Kind, Rejection, Scope};
+use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::routing::health::Lease;
+use crate::routing::Route;
+
+/// One proxied request. See the module docs for the call sequence.
+pub struct Record {
+    request_id: HeaderValue,
+    /// `x-ratelimit-*` of the admitting policy, for the response (empty without rate policies).
+    ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
+    inner: Option<Facts>,
+}
+
+impl Record {
+    /// At the start of a proxied request: takes the request id (the client's `x-request-id`, if
+    /// it sent one) and counts the request in flight.
+    pub fn start(route: Dialect, client_request_id: Option<&HeaderValue>) -> Record {
+        let request_id = request_id(client_request_id);
+        metrics::inflight_add(route, 1);
+        Record {
+            request_id: request_id.clone(),
+            ratelimit_headers: Vec::new(),
+            inner: Some(Facts {
+                t0: Instant::now(),
+                start_wall: SystemTime::now(),
+                route,
+                request_id,
+                model_label: MODEL_NONE,
+                target: None,
+                asked_model: None,
+                key_id: None,
+                status: 0,
+                stream: false,
+                upstream_start: None,
+                upstream_end: None,
+                first_token: None,
+                usage: Usage::default(),
+                admission: None,
+                rejected: None,
+                error: None,
+                stream_error: None,
+                deployment: None,
+                attempts: 0,
+                failed: Vec::new(),
+                lease: None,
+                finished: false,
+            }),
+        }
+    }
+
+    fn with(&mut self, f: impl FnOnce(&mut Facts)) {
+        if let Some(i) = self.inner.as_mut() {
+            f(i)
+        }
+    }
+
+    /// After authentication.
+    pub fn set_caller(&mut self, c: &Caller) {
+        let id = c.id.clone();
+        self.with(|i| i.key_id = id);
+    }
+
+    /// After the route lookup succeeded.
+    pub fn set_route(&mut self, labels: &ModelLabels, route: &Arc<Route>, stream: bool) {
+        let label = labels.index(&route.alias);
+        let r = route.clone();
+        self.with(|i| {
+            i.model_label = label;
+            i.target = Some(r);
+            i.stream = stream;
+        });
+    }
+
+    /// When the client asked for a model that is not configured (the 404 path).
+    pub fn set_unknown_model(&mut self, model: &str) {
+        let m: String = model.chars().take(64).collect();
+        self.with(|i| {
+            i.model_label = MODEL_OTHER;
+            i.asked_model = Some(m);
+        });
+    }
+
+    /// The rate limiter's admission: settled with the real usage and released when the record
+    /// finishes (a stream: when it ends).
+    pub fn set_admission(&mut self, a: Admission) {
+        self.ratelimit_headers = a.headers();
+        self.with(|i| i.admission = Some(a));
+    }
+
+    /// A rate-limit refusal: returns the 429 error; [`Record::respond`] adds the `retry-after`
+    /// and `x-ratelimit-*` headers. (Or the 503 of an unreachable store, with `retry-after`.)
+    pub fn rate_limited(&mut self, r: Rejection) -> GwError {
+        let e = r.to_gw_error();
+        if r.is_unavailable() {
+            // A 503 of the rate-limit store, not a rate limit: logged with its error message.
+            return e;
+        }
+        self.with(|i| i.rejected = Some(r));
+        e
+    }
+
+    /// Just before an upstream request is sent (`now`), to the route's deployment at
+    /// `deployment`. The upstream time runs from the first attempt.
+    pub fn upstream_start(&mut self, deployment: usize, now: Instant) {
+        self.with(|i| {
+            if i.upstream_start.is_none() {
+                i.upstream_start = Some(now);
+            }
+            i.deployment = Some(deployment as u8);
+            i.attempts = i.attempts.saturating_add(1);
+        });
+    }
+
+    /// The attempt on `deployment` failed (`status` 0 when there was no answer) and the request
+    /// goes on to another deployment.
+    pub fn attempt_failed(&mut self, deployment: usize, outcome: AttemptOutcome, status: u16) {
+        self.with(|i| i.failed.push((deployment as u8, outcome, status)));
+    }
+
+    /// Keeps the serving attempt's lease until the request (a stream: the stream) has ended.
+    pub fn hold_lease(&mut self, lease: Lease) {
+        self.with(|i| i.lease = Some(lease));
+    }
+
+    /// When the upstream response is complete (buffered responses), or failed.
+    pub fn upstream_end(&mut self) {
+        self.with(|i| {
+            if i.upstream_start.is_some() {
+                i.upstream_end = Some(Instant::now())
+            }
+        });
+    }
+
+    /// Usage from a buffered upstream (or translated) response body.
+    pub fn usage_from_body(&mut self, body: &[u8]) {
+        if let Some(u) = scan_usage(body) {
+            self.with(|i| i.usage.merge(u));
+        }
+    }
+
+    /// An error message for the log line (keep it free of secrets: upstream credentials never
+    /// reach a `GwError`).
+    pub fn set_error(&mut self, e: &GwError) {
+        let m: String = e.message.chars().take(200).collect();
+        self.with(|i| i.error = Some(m));
+    }
+
+    /// The end of the request path: sets `x-request-id` (and the 429 headers), records the status,
+    /// and finishes the record unless a stream took it over.
+    pub fn respond(&mut self, mut resp: GwResponse) -> GwResponse {
+        let h = resp.headers_mut();
+        h.insert(X_REQUEST_ID.clone(), self.request_id.clone());
+        for (n, v) in self.ratelimit_headers.drain(..) {
+            h.insert(n, v);
+        }
+        if let Some(i) = self.inner.as_mut() {
+            if let Some(r) = &i.rejected {
+                r.apply_headers(h);
+            }
+            i.status = resp.status().as_u16();
+            if i.upstream_start.is_some() && i.upstream_end.is_none() {
+                i.upstream_end = Some(Instant::now());
+            }
+            // Finished where it lies: the record is a few hundred bytes, and moving it out
+            // costs a copy; `finished` keeps `Drop` from finishing it again.
+            finish(i);
+        }
+        resp
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        // Only when the request future was dropped before `respond` (the client went away while
+        // waiting for the upstream): 499, as nginx logs it.
+        if let Some(i) = self.inner.as_mut() {
+            if i.status == 0 {
+                i.status = 499;
+            }
+            finish(i);
+        }
+    }
+}
+
+fn finish(i: &mut Facts) {
+    if i.finished {
+        return;
+    }
+    i.finished = true;
+    let end = Instant::now();
+    let duration = end - i.t0;
+    let upstream = match (i.upstream_start, i.upstream_end) {
+        (Some(s), Some(e)) => Some(e - s),
+        (Some(s), None) => Some(end - s),
+        _ => None,
+    };
+    let first_token = i.first_token.map(|t| t - i.t0);
+    let tokens_in = i.usage.input.unwrap_or(0);
+    let tokens_out = i.usage.output.unwrap_or(0);
+    if let Some(mut a) = i.admission.take() {
+        if i.usage.input.is_some() || i.usage.output.is_some() {
+            a.settle(tokens_in + tokens_out);
+        }
+        drop(a);
+    }
+    let rejected: Option<(Scope, Kind)> = i.rejected.as_ref().map(|r| (r.scope, r.kind));
+    metrics::record(&metrics::Sample {
+        route: i.route,
+        model: i.model_label,
+        status: i.status,
+        duration,
+        upstream,
+        first_token,
+        tokens_in,
+        tokens_out,
+        rejected,
+    });
+    metrics::inflight_add(i.route, -1);
+    access_log::write(i, duration, upstream, first_token);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderMap;
+    use serde_json::Value;
+    use std::time::Duration;
+
+    #[test]
+    fn line_is_json_with_fields() {
+        let mut h = HeaderMap::new();
+        h.insert("x-request-id", HeaderValue::from_static("req-1"));
+        let mut r = Record::start(Dialect::Chat, h.get(&X_REQUEST_ID));
+        r.set_unknown_model("weird\"model");
+        r.upstream_start(0, Instant::now());
+        r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);
+        let mut i = r.inner.take().unwrap();
+        let mut out = Vec::new();
+        access_log::write_line(&mut out, &i, Duration::from_millis(5), None, None);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["request_id"], "req-1");
+        assert_eq!(v["model"], "weird\"model");
+        assert_eq!(v["tokens_in"], 5);
+        assert_eq!(v["tokens_out"], 2);
+        assert_eq!(v["key_id"], Value::Null);
+        assert_eq!(v["route"], "/v1/chat/completions");
+        finish(&mut i);
+    }
+}

@@ -1,0 +1,265 @@
+//! The token usage of an answer: the last `"usage":{...}` object of a body or a stream event,
+//! read without parsing the rest. A lenient cursor of its own (it reads only the members of that
+//! one object and skips the rest unchecked), on the shared string walk ([`super::string_end`]).
+
+use super::string_end;
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+}
+
+impl Usage {
+    pub fn merge(&mut self, o: Usage) {
+        if o.input.is_some() {
+            self.input = self.input.max(o.input);
+        }
+        if o.output.is_some() {
+            self.output = self.output.max(o.output);
+        }
+    }
+}
+
+/// The last `"usage":{...}` object in a body or an event, in any of the three dialects
+/// (`prompt_tokens`/`completion_tokens` or `input_tokens`/`output_tokens`), without parsing the
+/// rest of the document. Inside a JSON string a quote is escaped, so an unescaped `"usage":`
+/// is always a key; the last one is the top-level usage in every dialect's responses. Only the
+/// members of that one object are read (nested objects such as `prompt_tokens_details` are
+/// skipped); anything malformed gives `None`.
+pub fn scan_usage(body: &[u8]) -> Option<Usage> {
+    let key = b"\"usage\":";
+    let pos = rfind_key(body, key, 4)?;
+    let mut p = Scan {
+        b: body,
+        i: pos + key.len(),
+    };
+    p.ws();
+    if p.peek()? != b'{' {
+        return None;
+    }
+    p.i += 1;
+    let mut u = Usage::default();
+    let mut prompt = None;
+    let mut completion = None;
+    loop {
+        p.ws();
+        match p.peek()? {
+            b'}' => break,
+            b',' => {
+                p.i += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let name = p.string()?;
+        p.ws();
+        if p.peek()? != b':' {
+            return None;
+        }
+        p.i += 1;
+        p.ws();
+        let slot = match name {
+            b"input_tokens" => Some(&mut u.input),
+            b"output_tokens" => Some(&mut u.output),
+            b"prompt_tokens" => Some(&mut prompt),
+            b"completion_tokens" => Some(&mut completion),
+            _ => None,
+        };
+        match slot {
+            Some(slot) if p.peek()?.is_ascii_digit() => *slot = Some(p.number()?),
+            _ => p.skip_value(0)?,
+        }
+    }
+    u.input = u.input.or(prompt);
+    u.output = u.output.or(completion);
+    Some(u)
+}
+
+/// Where the last `key` starts in `body`, looking backwards from each occurrence of its byte at
+/// `anchor` (chosen rare: every usage member has a `:`, but of the three dialects' usage members
+/// only OpenAI's nested `reasoning_tokens` has the `g` of `"usage"`, so the first or second hit
+/// from the end is the key). For a short key near the end of a short body (the usage object
+/// closes every answer) this is a fraction of `memmem::rfind`'s cost, which builds its searcher.
+fn rfind_key(body: &[u8], key: &[u8], anchor: usize) -> Option<usize> {
+    let (byte, k) = (*key.get(anchor)?, key.len());
+    // `at` is the anchor's position in a candidate; the key then spans `at - anchor..`.
+    let mut end = body.len().checked_sub(k - 1 - anchor)?;
+    while end > anchor {
+        let at = memchr::memrchr(byte, &body[anchor..end])? + anchor;
+        let start = at - anchor;
+        if &body[start..start + k] == key {
+            return Some(start);
+        }
+        end = at;
+    }
+    None
+}
+
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+    /// A string's raw bytes (escapes not decoded); the cursor is on its opening quote.
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let start = self.i + 1;
+        let end = string_end(self.b, self.i)?;
+        self.i = end;
+        let b: &'a [u8] = self.b;
+        b.get(start..end - 1)
+    }
+    fn number(&mut self) -> Option<u64> {
+        let mut n: u64 = 0;
+        while let Some(c @ b'0'..=b'9') = self.peek() {
+            n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+            self.i += 1;
+        }
+        // A fraction or exponent is not a token count.
+        match self.peek()? {
+            b'.' | b'e' | b'E' => None,
+            _ => Some(n),
+        }
+    }
+    /// Skips one value of any kind (nesting bounded).
+    fn skip_value(&mut self, depth: u32) -> Option<()> {
+        if depth > 64 {
+            return None;
+        }
+        self.ws();
+        match self.peek()? {
+            b'"' => self.string().map(|_| ()),
+            open @ (b'{' | b'[') => {
+                let close = if open == b'{' { b'}' } else { b']' };
+                self.i += 1;
+                loop {
+                    self.ws();
+                    match self.peek()? {
+                        c if c == close => {
+                            self.i += 1;
+                            return Some(());
+                        }
+                        b',' | b':' => self.i += 1,
+                        _ => self.skip_value(depth + 1)?,
+                    }
+                }
+            }
+            _ => {
+                let start = self.i;
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                (self.i > start).then_some(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfind_key_finds_what_memmem_finds() {
+        let key = b"\"usage\":";
+        let bodies: [&[u8]; 9] = [
+            b"",
+            b"\"usage\"",
+            b"\"usage\":",
+            b"x\"usage\":{}",
+            b"\"usage\":\"usage\":1",
+            b"::::::::::",
+            b"\"usage\" : 1, \"usage\"::",
+            b"\"usag\":\"usage\":\"sage\":",
+            br#"{"a":"\"usage\": 5","usage":{"prompt_tokens":1}}"#,
+        ];
+        // And short strings over the key's own alphabet, from a fixed pseudo-random walk (an
+        // LCG's high bits).
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            seed >> 33
+        };
+        let alphabet = b"\"usage:x";
+        let random: Vec<Vec<u8>> = (0..2000)
+            .map(|_| {
+                let len = (next() % 24) as usize;
+                (0..len).map(|_| alphabet[(next() % 8) as usize]).collect()
+            })
+            .collect();
+        for b in bodies
+            .iter()
+            .copied()
+            .chain(random.iter().map(Vec::as_slice))
+        {
+            for anchor in 0..key.len() {
+                assert_eq!(
+                    rfind_key(b, key, anchor),
+                    memchr::memmem::rfind(b, key),
+                    "{b:?} {anchor}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn usage_in_every_dialect() {
+        let chat = br#"{"id":"x","choices":[{"message":{"content":"\"usage\": 5"}}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#;
+        assert_eq!(
+            scan_usage(chat),
+            Some(Usage {
+                input: Some(12),
+                output: Some(3)
+            })
+        );
+        let msg = br#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":7,"output_tokens":1}}}"#;
+        assert_eq!(
+            scan_usage(msg),
+            Some(Usage {
+                input: Some(7),
+                output: Some(1)
+            })
+        );
+        let delta = br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage": {"output_tokens":9}}"#;
+        assert_eq!(
+            scan_usage(delta),
+            Some(Usage {
+                input: None,
+                output: Some(9)
+            })
+        );
+        let resp = br#"{"type":"response.completed","response":{"output":[],"usage":{"input_tokens":4,"output_tokens":2,"total_tokens":6}}}"#;
+        assert_eq!(scan_usage(resp).unwrap().output, Some(2));
+        assert_eq!(scan_usage(br#"{"usage":null}"#), None);
+        assert_eq!(scan_usage(br#"{"usage":{"input_tokens":"#), None);
+        assert_eq!(scan_usage(b"garbage"), None);
+        let nested = br#"{"usage":{"prompt_tokens":19,"prompt_tokens_details":{"cached_tokens":0,"x":[1,{"a":"}"}]},"completion_tokens":10,"total_tokens":29}}"#;
+        assert_eq!(
+            scan_usage(nested),
+            Some(Usage {
+                input: Some(19),
+                output: Some(10)
+            })
+        );
+        assert_eq!(scan_usage(br#"{"usage":{"input_tokens":1.5}}"#), None);
+        assert_eq!(
+            scan_usage(br#"{"usage":{"input_tokens":99999999999999999999999}}"#),
+            None
+        );
+    }
+}
