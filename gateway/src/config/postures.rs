@@ -26,7 +26,7 @@ pub const POSTURES: &[Posture] = &[
     Posture {
         name: "rate-limits",
         what: "rate-limit policies: every request is admitted against its key's and model's policies and settled with its usage",
-        enabled: |c| c.snapshot.limits.has_policies(),
+        enabled: |c| !c.snapshot.limits.is_empty(),
     },
     Posture {
         name: "routing",

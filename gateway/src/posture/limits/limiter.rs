@@ -1,0 +1,172 @@
+//! The local limiter of one policy: requests and tokens each a GCRA, concurrency a count of
+//! slots. The same limiter serves a local policy and, divided by the replica count, a shared
+//! policy's fallback while the store cannot be reached, so both admit by one algorithm
+//! ([`Local::take`]).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use super::clock::WINDOW_NS;
+use super::policy::{Kind, Policy};
+
+/// GCRA state: the theoretical arrival time in `now_ns` units.
+#[derive(Debug)]
+pub(super) struct Gcra {
+    tat: AtomicU64,
+    /// Nanoseconds per unit (request or token).
+    pub(super) interval: u64,
+    /// The configured per-minute limit as a header value, built once.
+    pub(super) limit_value: HeaderValue,
+}
+
+impl Gcra {
+    pub(super) fn new(per_minute: u64) -> Self {
+        Gcra {
+            tat: AtomicU64::new(0),
+            interval: (WINDOW_NS / per_minute).max(1),
+            limit_value: HeaderValue::from(per_minute),
+        }
+    }
+
+    /// Takes `n` units if the result stays within one window of debt. Err: nanoseconds to wait.
+    pub(super) fn take(&self, now: u64, n: u64) -> Result<u64, u64> {
+        let cost = n.saturating_mul(self.interval);
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let new = tat.max(now).saturating_add(cost);
+            if new - now > WINDOW_NS {
+                return Err(new - now - WINDOW_NS);
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(new),
+                Err(t) => tat = t,
+            }
+        }
+    }
+
+    /// Whether any budget is left (the bucket is not fully spent or in debt). Err: ns to wait.
+    pub(super) fn check(&self, now: u64) -> Result<(), u64> {
+        let tat = self.tat.load(Ordering::Relaxed);
+        let debt = tat.saturating_sub(now);
+        if debt + self.interval > WINDOW_NS {
+            Err(debt + self.interval - WINDOW_NS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Adds `n` units unconditionally (a charge may overshoot; the debt is carried).
+    pub(super) fn charge(&self, now: u64, n: u64) {
+        let cost = n.saturating_mul(self.interval);
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let new = tat.max(now).saturating_add(cost);
+            match self
+                .tat
+                .compare_exchange_weak(tat, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(t) => tat = t,
+            }
+        }
+    }
+
+    /// Gives back `n` units (a refund after a rollback or an over-estimate).
+    pub(super) fn refund(&self, n: u64) {
+        let cost = n.saturating_mul(self.interval);
+        let _ = self
+            .tat
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                Some(t.saturating_sub(cost))
+            });
+    }
+
+    pub(super) fn remaining(&self, now: u64) -> u64 {
+        let debt = self.tat.load(Ordering::Relaxed).saturating_sub(now);
+        WINDOW_NS.saturating_sub(debt) / self.interval
+    }
+
+    /// Time until the bucket is full again.
+    pub(super) fn reset(&self, now: u64) -> Duration {
+        Duration::from_nanos(self.tat.load(Ordering::Relaxed).saturating_sub(now))
+    }
+}
+
+/// A policy's local counters.
+#[derive(Debug)]
+pub(super) struct Local {
+    pub(super) requests: Option<Gcra>,
+    pub(super) tokens: Option<Gcra>,
+    pub(super) inflight: AtomicU32,
+    pub(super) max_concurrent: Option<u32>,
+}
+
+impl Local {
+    pub(super) fn new(p: &Policy) -> Local {
+        Local {
+            requests: p.requests_per_minute.map(Gcra::new),
+            tokens: p.tokens_per_minute.map(Gcra::new),
+            inflight: AtomicU32::new(0),
+            max_concurrent: p.max_concurrent,
+        }
+    }
+
+    /// `p` divided by `replicas` (rounded up, never below one): one replica's part of a shared
+    /// policy, for `on_store_error: local`.
+    pub(super) fn divided(p: &Policy, replicas: u32) -> Local {
+        let part = |n: u64| n.div_ceil(u64::from(replicas)).max(1);
+        Local {
+            requests: p.requests_per_minute.map(|n| Gcra::new(part(n))),
+            tokens: p.tokens_per_minute.map(|n| Gcra::new(part(n))),
+            inflight: AtomicU32::new(0),
+            max_concurrent: p.max_concurrent.map(|n| part(u64::from(n)) as u32),
+        }
+    }
+
+    /// One part of an admission at `now`: a concurrency slot taken, one request taken, or the
+    /// token bucket checked to be out of debt (the estimate is charged once every part passed).
+    /// A part the policy does not limit passes. Err: how long to wait.
+    #[inline]
+    pub(super) fn take(&self, kind: Kind, now: u64) -> Result<(), Duration> {
+        match kind {
+            Kind::Concurrency => {
+                if let Some(max) = self.max_concurrent {
+                    if self.inflight.fetch_add(1, Ordering::Relaxed) >= max {
+                        self.inflight.fetch_sub(1, Ordering::Relaxed);
+                        return Err(Duration::from_secs(1));
+                    }
+                }
+            }
+            Kind::Requests => {
+                if let Some(g) = &self.requests {
+                    g.take(now, 1).map_err(Duration::from_nanos)?;
+                }
+            }
+            Kind::Tokens => {
+                if let Some(g) = &self.tokens {
+                    g.check(now).map_err(Duration::from_nanos)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives back the request [`Local::take`] took (a rollback).
+    pub(super) fn refund_request(&self) {
+        if let Some(r) = &self.requests {
+            r.refund(1);
+        }
+    }
+
+    /// Gives back the concurrency slot [`Local::take`] took.
+    pub(super) fn release_slot(&self) {
+        if self.max_concurrent.is_some() {
+            self.inflight.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The `limits` section as written in the config file: the policies, what a policy limits
+//! ([`Kind`]) and whom ([`Scope`]), and the checks of a policy's numbers.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::config::check::ConfigError;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    #[serde(default)]
+    pub requests_per_minute: Option<u64>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+}
+
+/// The `limits` section as written in the config file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    #[serde(default)]
+    pub default_key: Option<Policy>,
+    #[serde(default)]
+    pub keys: BTreeMap<String, Policy>,
+    #[serde(default)]
+    pub models: BTreeMap<String, Policy>,
+    /// Also send `x-ratelimit-*` on admitted requests (a 429 always carries them). Off by
+    /// default: nine more headers cost about as much as the rest of the posture together.
+    #[serde(default)]
+    pub headers_on_success: bool,
+    /// The shared store (checked by [`StoreConfig::from_config`]).
+    #[serde(default)]
+    pub store: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Key,
+    Model,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Key => "key",
+            Scope::Model => "model",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Requests,
+    Tokens,
+    Concurrency,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Requests => "requests",
+            Kind::Tokens => "tokens",
+            Kind::Concurrency => "concurrency",
+        }
+    }
+}
+
+/// Checks a policy's numbers (each positive, and within what the limiter's arithmetic holds),
+/// reporting each bad one at `path`; whether the policy can be used.
+pub(super) fn check(path: &str, p: &Policy, errors: &mut Vec<ConfigError>) -> bool {
+    let mut ok = true;
+    for (f, v, max) in [
+        ("requests_per_minute", p.requests_per_minute, 1_000_000_000),
+        ("tokens_per_minute", p.tokens_per_minute, 10_000_000_000_000),
+        (
+            "max_concurrent",
+            p.max_concurrent.map(u64::from),
+            1_000_000_000,
+        ),
+    ] {
+        match v {
+            Some(0) => {
+                errors.push(ConfigError {
+                    path: format!("{path}.{f}"),
+                    message: "must be a positive integer".into(),
+                });
+                ok = false;
+            }
+            Some(n) if n > max => {
+                errors.push(ConfigError {
+                    path: format!("{path}.{f}"),
+                    message: format!("must be at most {max}"),
+                });
+                ok = false;
+            }
+            _ => {}
+        }
+    }
+    ok
+}
