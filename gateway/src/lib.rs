@@ -5,7 +5,7 @@
 //! call its parsing and translation directly. Modules are layered; each uses only the ones listed
 //! before it (ARCHITECTURE.md has the map, `tests/layers.rs` checks it):
 //!
-//! 1. [`json`], [`sse`], [`alloc`], [`config::check`]: leaves
+//! 1. [`json`], [`sse`], [`alloc`], [`checker`]: leaves
 //! 2. [`dialect`]: the three dialects, the neutral form, translation, the dialect error
 //! 3. [`http`]: bodies, the SSE body, the upstream pool, TLS
 //! 4. [`provider`]: upstreams and the requests they expect
@@ -17,6 +17,7 @@
 //! 9. [`serve`]: workers, the request path, signals
 
 pub mod alloc;
+pub mod checker;
 pub mod config;
 pub mod dialect;
 pub mod exchange;

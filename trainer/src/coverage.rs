@@ -289,12 +289,12 @@ pub struct ProfileCoverageArgs {
 /// loading and signal handling).
 const REQUEST_PATH_MODULES: &[&str] = &[
     "gateway::dialect",
+    "gateway::exchange",
     "gateway::http",
     "gateway::json",
     "gateway::posture",
     "gateway::provider",
     "gateway::routing",
-    "gateway::serve::head",
     "gateway::serve::proxy",
     "gateway::serve::worker",
     "gateway::sse",

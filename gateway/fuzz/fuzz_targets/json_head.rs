@@ -3,12 +3,12 @@
 //! serde_json (the reference parse) on what it accepts and what it finds, and a spliced body
 //! still parses.
 use gateway::json;
-use gateway::serve::head;
+use gateway::dialect::body_head;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let ours = head::parse_head(data);
-    let reference = head::parse_head_with_serde(data);
+    let ours = body_head::parse_body_head(data);
+    let reference = body_head::parse_body_head_with_serde(data);
     let top_is_array = data.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'[');
     match (&ours, &reference) {
         (Ok(a), Ok(b)) => assert_eq!(
@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
         out.extend_from_slice(b"\"x\"");
         out.extend_from_slice(&data[e..]);
         // The spliced body still parses and carries the new model.
-        let h2 = head::parse_head(&out).expect("spliced body parses");
+        let h2 = body_head::parse_body_head(&out).expect("spliced body parses");
         assert_eq!(h2.model, "x");
         assert_eq!(h2.stream, h.stream);
     }

@@ -13,14 +13,14 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
 
-pub mod check;
 pub mod postures;
 
-use crate::config::check::{Checker, ConfigError};
+use crate::checker::{Checker, ConfigError};
 use crate::exchange::access_log::AccessLogConfig;
 use crate::posture::auth::Keys;
 use crate::posture::limits::Limits;
-use crate::posture::metrics::{MetricsConfig, ModelLabels, UpstreamLabels};
+use crate::posture::metrics::exposition::MetricsConfig;
+use crate::posture::metrics::{ModelLabels, UpstreamLabels};
 use crate::routing::{AliasMap, Policy, Route};
 
 /// The immutable view of the configuration that requests run against.

@@ -5,13 +5,15 @@
 //!   `response` and `stream` halves (into and out of the neutral form).
 //! - [`neutral`]: the neutral form; [`decode`] and [`encode`]: helpers the dialect modules share.
 //! - [`translate`]: pairs a client dialect with an upstream dialect through the neutral form.
-//! - [`native`]: the stream of a route whose upstream speaks the client's own dialect.
+//! - [`native`]: the stream of a route whose upstream speaks the client's own dialect;
+//!   [`body_head`]: the native route's minimal parse of a request body (`model`, `stream`).
 //! - [`transform`]: what a stream translation is; [`error`]: the error every layer returns, in
 //!   each dialect's shape.
 //!
 //! Nothing here knows about HTTP connections, configuration or posture: the modules take bytes and
 //! return bytes (or neutral values), which is what lets the fuzz targets drive them directly.
 
+pub mod body_head;
 pub mod chat;
 pub mod decode;
 pub mod encode;

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::facts::Facts;
-use crate::config::check::ConfigError;
+use crate::checker::ConfigError;
 use crate::dialect::Dialect;
 use crate::json;
 use crate::posture::metrics;

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::config::check::ConfigError;
+use crate::checker::ConfigError;
 use crate::dialect::error::GwError;
 
 /// One entry of the `keys` list, as written in the config file.

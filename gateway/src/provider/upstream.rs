@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::{HeaderValue, Uri};
 use serde_json::{Map, Value};
 
-use crate::config::check::Checker;
+use crate::checker::Checker;
 use crate::http::client::Origin;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -388,7 +388,7 @@ pub fn withdraw(table: &Arc<Table>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::check::Checker;
+    use crate::checker::Checker;
 
     /// The routes of a `models` section over providers `a` and `b` (each test thread has its own
     /// worker state).

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::config::check::Checker;
+use crate::checker::Checker;
 use crate::provider::upstream::Provider;
 use crate::routing::alias_hash::AliasMap;
 use crate::routing::policy::MAX_ATTEMPTS;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::config::check::Checker;
+use crate::checker::Checker;
 
 /// Statuses retried on another deployment unless `retry_on` says otherwise: rate limited,
 /// server errors, and Anthropic's "overloaded".

@@ -7,13 +7,12 @@
 //!
 //! [`run`] binds the listeners, starts the workers ([`worker`]) and waits for signals
 //! ([`signals`]); a worker accepts connections and routes each request, and the request path of the
-//! three dialects is [`proxy`], which starts with the native route's minimal parse ([`head`]) and
-//! ends in the upstream call with its fallbacks ([`attempts`]). [`paths`] lists the request paths
+//! three dialects is [`proxy`], which starts with the native route's minimal parse
+//! ([`crate::dialect::body_head`]) and ends in the upstream call with its fallbacks ([`attempts`]). [`paths`] lists the request paths
 //! and postures as data, for the training coverage gate.
 
 pub mod attempts;
 pub mod conn;
-pub mod head;
 pub mod paths;
 pub mod proxy;
 pub mod signals;
@@ -58,7 +57,7 @@ pub fn run(mut config: Config, config_path: String) -> anyhow::Result<()> {
 
     access_log::init(&listen.access_log)?;
     if let Some(m) = &listen.metrics {
-        let a = metrics::serve(m.listen)?;
+        let a = metrics::exposition::serve(m.listen)?;
         eprintln!("metrics listening on {a}");
     }
     crate::alloc::spawn_housekeeping();

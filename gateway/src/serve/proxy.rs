@@ -8,6 +8,7 @@ use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 
 use crate::config::Snapshot;
+use crate::dialect::body_head::parse_body_head;
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::exchange::request_id::X_REQUEST_ID;
@@ -15,7 +16,7 @@ use crate::exchange::Record;
 use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
 use crate::posture::limits::Admit;
-use crate::serve::{attempts, head};
+use crate::serve::attempts;
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
 pub async fn handle(
@@ -142,12 +143,12 @@ async fn run(
             return Err(GwError::bad_request(format!("could not read body: {e}")))
         }
     };
-    let head = head::parse_head(&body)?;
-    let Some(route) = snap.routes.get(head.model.as_ref()) else {
-        rec.set_unknown_model(&head.model);
-        return Err(GwError::unknown_model(&head.model));
+    let body_head = parse_body_head(&body)?;
+    let Some(route) = snap.routes.get(body_head.model.as_ref()) else {
+        rec.set_unknown_model(&body_head.model);
+        return Err(GwError::unknown_model(&body_head.model));
     };
-    let stream = head.stream;
+    let stream = body_head.stream;
     rec.set_route(&snap.metric_models, route, stream);
     caller.authorize(&route.alias)?;
     let estimate = body.len() as u64 / 4;
@@ -173,7 +174,7 @@ async fn run(
         snap,
         dialect,
         body: &body,
-        model_span: head.model_span,
+        model_span: body_head.model_span,
         stream,
         route,
         // The client's headers are no longer needed: their map carries the upstream request's.

@@ -73,7 +73,7 @@ use std::task::{Context, Poll, Waker};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::config::check::ConfigError;
+use crate::checker::ConfigError;
 use crate::posture::limits::clock::now_ns;
 use crate::posture::limits::lease::Leases;
 use crate::posture::limits::policy::LimitsConfig;

@@ -44,7 +44,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::config::check::ConfigError;
+use crate::checker::ConfigError;
 
 /// What admission does while the store cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -3,19 +3,23 @@
 //! building a DOM. The whole body is still checked to be UTF-8 JSON of bounded depth, so the native
 //! route refuses what the translated routes would.
 //!
-//! [`parse_head`] is one pass of [`json::scan_object`]; [`parse_head_with_serde`] is the same
-//! parse done by serde_json (the implementation it replaced), kept as the reference that the unit
-//! tests and the `json_head` fuzz target compare it with.
+//! The *body's* head (its JSON members that routing reads), not the HTTP head (`serve/proxy.rs`).
+//! [`parse_body_head`] is one pass of [`json::scan_object`]; `parse_body_head_with_serde` is the
+//! same parse done by serde_json (the implementation it replaced), kept as the reference that the
+//! unit tests and the `json_head` fuzz target compare it with, built only for them (`cfg(test)`
+//! or the `serde-reference` feature).
 
 use std::borrow::Cow;
 
+#[cfg(any(test, feature = "serde-reference"))]
 use serde::Deserialize;
+#[cfg(any(test, feature = "serde-reference"))]
 use serde_json::value::RawValue;
 
 use crate::dialect::error::GwError;
 use crate::json::{self, ScanError, MAX_DEPTH};
 
-pub struct Head<'a> {
+pub struct BodyHead<'a> {
     pub model: Cow<'a, str>,
     pub stream: bool,
     /// Byte range of the model's JSON string literal within the body.
@@ -35,7 +39,7 @@ fn model_error(message: &str) -> GwError {
     e
 }
 
-pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
+pub fn parse_body_head(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
     // The scan skips the bytes of strings it does not decode, and the native route forwards them
     // as they are: validate the whole body once (std's ASCII fast path).
     let text = std::str::from_utf8(body).map_err(not_utf8)?;
@@ -76,15 +80,16 @@ pub fn parse_head(body: &[u8]) -> Result<Head<'_>, GwError> {
     } else {
         Cow::Borrowed(raw)
     };
-    Ok(Head {
+    Ok(BodyHead {
         model,
         stream,
         model_span: (start, end),
     })
 }
 
-/// What [`parse_head_with_serde`] deserializes: unknown fields are skipped by serde (validated,
+/// What [`parse_body_head_with_serde`] deserializes: unknown fields are skipped by serde (validated,
 /// not kept); duplicate `model` or `stream` keys are rejected by serde's derive.
+#[cfg(any(test, feature = "serde-reference"))]
 #[derive(Deserialize)]
 struct RawHead<'a> {
     #[serde(borrow)]
@@ -95,6 +100,7 @@ struct RawHead<'a> {
 
 /// Rejects nesting deeper than the translated routes accept (serde_json skips ignored values
 /// without its recursion limit).
+#[cfg(any(test, feature = "serde-reference"))]
 fn check_depth(body: &[u8]) -> Result<(), GwError> {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in body {
@@ -125,10 +131,12 @@ fn check_depth(body: &[u8]) -> Result<(), GwError> {
 }
 
 /// The reference parse: the same result by serde_json, which accepts a JSON array for the struct
-/// where [`parse_head`] refuses anything but an object (a body that is not an object is a 400 on
+/// where [`parse_body_head`] refuses anything but an object (a body that is not an object is a 400 on
 /// every route now: an array's model element cannot be renamed by key). Kept for the tests and the
-/// `json_head` fuzz target, which compare the two.
-pub fn parse_head_with_serde(body: &[u8]) -> Result<Head<'_>, GwError> {
+/// `json_head` fuzz target, which compare the two; not in the release binary (the fuzz crate
+/// turns on the `serde-reference` feature).
+#[cfg(any(test, feature = "serde-reference"))]
+pub fn parse_body_head_with_serde(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
     let text = std::str::from_utf8(body).map_err(not_utf8)?;
     check_depth(body)?;
     let raw: RawHead = serde_json::from_str(text)
@@ -140,7 +148,7 @@ pub fn parse_head_with_serde(body: &[u8]) -> Result<Head<'_>, GwError> {
         .map_err(|_| model_error("`model` must be a string"))?;
     let start = model_raw.get().as_ptr() as usize - body.as_ptr() as usize;
     let end = start + model_raw.get().len();
-    Ok(Head {
+    Ok(BodyHead {
         model,
         stream: raw.stream.unwrap_or(false),
         model_span: (start, end),
@@ -154,7 +162,7 @@ mod tests {
     #[test]
     fn head_finds_model_span() {
         let b = br#"{"messages":[{"role":"user","content":"x"}], "model" : "gpt\u0041", "stream":true}"#;
-        let h = parse_head(b).unwrap();
+        let h = parse_body_head(b).unwrap();
         assert_eq!(h.model, "gptA");
         assert!(h.stream);
         assert_eq!(&b[h.model_span.0..h.model_span.1], br#""gpt\u0041""#);
@@ -163,8 +171,8 @@ mod tests {
     /// Same verdict as serde, and the same model, stream flag and span when both accept. A body
     /// serde reads as a struct-from-array is the one intended difference.
     fn agrees_with_serde(body: &[u8]) -> bool {
-        let ours = parse_head(body);
-        let theirs = parse_head_with_serde(body);
+        let ours = parse_body_head(body);
+        let theirs = parse_body_head_with_serde(body);
         let top_is_array = body.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'[');
         match (&ours, &theirs) {
             (Ok(a), Ok(b)) => {
@@ -350,12 +358,15 @@ mod tests {
 
     #[test]
     fn head_rejects_bad_input() {
-        assert_eq!(parse_head(b"{").err().unwrap().status, 400);
-        assert_eq!(parse_head(b"[]").err().unwrap().status, 400);
-        assert_eq!(parse_head(br#"{"model":1}"#).err().unwrap().status, 400);
-        assert_eq!(parse_head(br#"{"x":1}"#).err().unwrap().status, 400);
+        assert_eq!(parse_body_head(b"{").err().unwrap().status, 400);
+        assert_eq!(parse_body_head(b"[]").err().unwrap().status, 400);
         assert_eq!(
-            parse_head(br#"{"model":"a","model":"b"}"#)
+            parse_body_head(br#"{"model":1}"#).err().unwrap().status,
+            400
+        );
+        assert_eq!(parse_body_head(br#"{"x":1}"#).err().unwrap().status, 400);
+        assert_eq!(
+            parse_body_head(br#"{"model":"a","model":"b"}"#)
                 .err()
                 .unwrap()
                 .status,
