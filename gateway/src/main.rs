@@ -4,6 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use gateway::posture::limits::StoreSource;
 use gateway::{config, serve};
 
 #[derive(Parser)]
@@ -37,7 +38,13 @@ fn main() -> ExitCode {
         eprintln!("gateway: --config FILE is required");
         return ExitCode::from(2);
     };
-    let cfg = match config::load_file(&path) {
+    // Only serving starts the shared quota store the config names (where the config is
+    // assembled, once); validate and paths check its section and start nothing.
+    let store = match cli.command {
+        None | Some(Command::Serve) => StoreSource::Start,
+        Some(_) => StoreSource::CheckOnly,
+    };
+    let cfg = match config::load_file(&path, store) {
         Ok(c) => c,
         Err(errs) => {
             for e in &errs {

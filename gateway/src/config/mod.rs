@@ -18,7 +18,8 @@ pub mod postures;
 use crate::checker::{Checker, ConfigError};
 use crate::exchange::access_log::AccessLogConfig;
 use crate::posture::auth::Keys;
-use crate::posture::limits::Limits;
+use crate::posture::limits::store::Store;
+use crate::posture::limits::{Limits, StoreSource};
 use crate::posture::metrics::exposition::MetricsConfig;
 use crate::posture::metrics::{ModelLabels, UpstreamLabels};
 use crate::routing::{AliasMap, Policy, Route};
@@ -48,9 +49,10 @@ pub struct Snapshot {
     pub metric_upstreams: UpstreamLabels,
 }
 
-/// Settings that only matter at startup (they cannot change on reload).
+/// The settings read once, at startup: the listeners, the workers and what every worker shares
+/// for the process's life (a reload cannot change them).
 #[derive(Debug, Clone)]
-pub struct Listen {
+pub struct Startup {
     pub addr: SocketAddr,
     pub workers: usize,
     pub drain_timeout: Duration,
@@ -64,16 +66,19 @@ pub struct Listen {
     pub access_log: AccessLogConfig,
     /// TLS for https upstreams (built-in roots plus `upstream_ca_files`).
     pub upstream_tls: Arc<rustls::ClientConfig>,
+    /// The shared quota store (`limits.store`), started once by the assembly for serving; a
+    /// reload assembles its snapshot with this one ([`StoreSource::Running`]).
+    pub store: Option<Arc<Store>>,
 }
 
 pub struct Config {
-    pub listen: Listen,
+    pub startup: Startup,
     pub snapshot: Snapshot,
     pub warnings: Vec<String>,
 }
 
-/// Top-level keys that are accepted; keys reserved for later features are accepted so that
-/// configurations written for a newer gateway still load here.
+/// The top-level keys the gateway reads; any other is warned about (most likely a typo that would
+/// leave a default in force) and ignored.
 const KNOWN_TOP: &[&str] = &[
     "listen",
     "workers",
@@ -92,17 +97,24 @@ const KNOWN_TOP: &[&str] = &[
     "routing",
 ];
 
-pub fn load_file(path: &str) -> Result<Config, Vec<ConfigError>> {
+/// Reads and assembles the file at `path`; `store` says what becomes of its `limits.store`.
+pub fn load_file(path: &str, store: StoreSource) -> Result<Config, Vec<ConfigError>> {
     let text = std::fs::read(path).map_err(|e| {
         vec![ConfigError {
             path: "$".into(),
             message: format!("cannot read {path}: {e}"),
         }]
     })?;
-    parse(&text)
+    parse_with(&text, store)
 }
 
+/// Checks and assembles a config file's text, starting nothing (`gateway validate`, the tests,
+/// the fuzz target).
 pub fn parse(text: &[u8]) -> Result<Config, Vec<ConfigError>> {
+    parse_with(text, StoreSource::CheckOnly)
+}
+
+fn parse_with(text: &[u8], store: StoreSource) -> Result<Config, Vec<ConfigError>> {
     let value: Value = serde_json::from_slice(text).map_err(|e| {
         vec![ConfigError {
             path: "$".into(),
@@ -110,7 +122,7 @@ pub fn parse(text: &[u8]) -> Result<Config, Vec<ConfigError>> {
         }]
     })?;
     let mut c = Checker::default();
-    let cfg = check(&mut c, &value);
+    let cfg = check(&mut c, &value, store);
     match cfg {
         Some(cfg) if c.errors.is_empty() => Ok(Config {
             warnings: c.warnings,
@@ -121,7 +133,7 @@ pub fn parse(text: &[u8]) -> Result<Config, Vec<ConfigError>> {
 }
 
 /// The whole file: the base settings here, every other section by the module that owns it.
-fn check(c: &mut Checker, root: &Value) -> Option<Config> {
+fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     let top = c.obj(root, "$")?;
     for k in top.keys() {
         if !KNOWN_TOP.contains(&k.as_str()) {
@@ -189,30 +201,24 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
     let routes = crate::routing::section(c, top, &providers);
     let routing = crate::routing::policy::section(c, top);
 
-    let keys = Keys::from_config(top.get("keys"), &mut c.errors, &mut c.warnings);
+    let keys = Keys::from_config(c, top.get("keys"));
     let aliases: Vec<&str> = routes.keys().map(String::as_str).collect();
-    let limits = Limits::from_config(
-        top.get("limits"),
-        &keys.ids(),
-        &aliases,
-        &mut c.errors,
-        &mut c.warnings,
-    );
+    let limits = Limits::from_config(c, top.get("limits"), &keys.ids(), &aliases, store);
     let metric_models = ModelLabels::new(aliases.iter().copied());
     // Every route of one configuration points into the same table of upstreams.
     let metric_upstreams = match routes.values().next() {
         Some(r) => UpstreamLabels::new(&r.table.upstreams),
         None => UpstreamLabels::default(),
     };
-    let metrics = MetricsConfig::from_config(top.get("metrics"), &mut c.errors);
-    let access_log = AccessLogConfig::from_config(top.get("access_log"), &mut c.errors);
+    let metrics = MetricsConfig::from_config(c, top.get("metrics"));
+    let access_log = AccessLogConfig::from_config(c, top.get("access_log"));
 
     let addr = addr?;
     let upstream_tls = upstream_tls?;
     let models_body = crate::routing::models_body(&routes);
 
     Some(Config {
-        listen: Listen {
+        startup: Startup {
             addr,
             workers,
             drain_timeout: Duration::from_millis(drain_ms),
@@ -221,6 +227,7 @@ fn check(c: &mut Checker, root: &Value) -> Option<Config> {
             metrics,
             access_log,
             upstream_tls,
+            store: limits.store().cloned(),
         },
         snapshot: Snapshot {
             routes,
@@ -272,7 +279,7 @@ mod tests {
           "providers":{"o":{"kind":"openai","base_url":"http://127.0.0.1:9","api_key_env":"NOPE_X"}},
           "models":{"gpt":{"provider":"o","model":"mock-gpt"}}}"#;
         let c = parse(cfg).ok().unwrap();
-        assert_eq!(c.listen.workers, 1);
+        assert_eq!(c.startup.workers, 1);
         let r = &c.snapshot.routes["gpt"];
         assert_eq!(&r.deployments[0].upstream_json[..], b"\"mock-gpt\"");
         let p = &r.deployments[0].provider;

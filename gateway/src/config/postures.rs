@@ -36,12 +36,12 @@ pub const POSTURES: &[Posture] = &[
     Posture {
         name: "shared-limits",
         what: "a shared quota store (limits.store): admissions run from this replica's leases on a Redis",
-        enabled: |c| c.snapshot.limits.store_config().is_some(),
+        enabled: |c| c.snapshot.limits.store_configured(),
     },
     Posture {
         name: "access-log",
         what: "the access log (on unless disabled): every request writes its JSON line",
-        enabled: |c| c.listen.access_log.enabled,
+        enabled: |c| c.startup.access_log.enabled,
     },
 ];
 

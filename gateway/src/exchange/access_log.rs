@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::facts::Facts;
-use crate::checker::ConfigError;
+use crate::checker::Checker;
 use crate::dialect::Dialect;
 use crate::json;
 use crate::posture::metrics;
@@ -51,25 +51,22 @@ impl Default for AccessLogConfig {
 }
 
 impl AccessLogConfig {
-    pub fn from_config(v: Option<&Value>, errors: &mut Vec<ConfigError>) -> AccessLogConfig {
+    pub fn from_config(c: &mut Checker, v: Option<&Value>) -> AccessLogConfig {
         let Some(v) = v else {
             return AccessLogConfig::default();
         };
         match AccessLogConfig::deserialize(v) {
-            Ok(c) => {
-                if c.path.as_deref() == Some("") {
-                    errors.push(ConfigError {
-                        path: "$.access_log.path".into(),
-                        message: "must not be empty (omit it for stderr)".into(),
-                    });
+            Ok(cfg) => {
+                if cfg.path.as_deref() == Some("") {
+                    c.err(
+                        "$.access_log.path",
+                        "must not be empty (omit it for stderr)",
+                    );
                 }
-                c
+                cfg
             }
             Err(e) => {
-                errors.push(ConfigError {
-                    path: "$.access_log".into(),
-                    message: e.to_string(),
-                });
+                c.err("$.access_log", e.to_string());
                 AccessLogConfig::default()
             }
         }

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::checker::ConfigError;
+use crate::checker::Checker;
 use crate::dialect::error::GwError;
 
 /// One entry of the `keys` list, as written in the config file.
@@ -101,26 +101,21 @@ impl From<AuthError> for GwError {
 impl Keys {
     /// Builds the key set from the top-level `keys` value (absent = open gateway). Problems are
     /// pushed with their JSON path; what could be built is returned either way.
-    pub fn from_config(
-        v: Option<&Value>,
-        errors: &mut Vec<ConfigError>,
-        warnings: &mut Vec<String>,
-    ) -> Keys {
-        Self::from_config_with_env(v, errors, warnings, &|name| std::env::var(name).ok())
+    pub fn from_config(c: &mut Checker, v: Option<&Value>) -> Keys {
+        Self::from_config_with_env(c, v, &|name| std::env::var(name).ok())
     }
 
+    /// [`Keys::from_config`] with the environment the key variables are read from.
     pub fn from_config_with_env(
+        c: &mut Checker,
         v: Option<&Value>,
-        errors: &mut Vec<ConfigError>,
-        warnings: &mut Vec<String>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Keys {
-        let mut err = |path: String, message: String| errors.push(ConfigError { path, message });
         let Some(v) = v else {
             return Keys::default();
         };
         let Some(list) = v.as_array() else {
-            err("$.keys".into(), "must be an array".into());
+            c.err("$.keys", "must be an array");
             return Keys::default();
         };
         let mut entries = Vec::with_capacity(list.len());
@@ -131,30 +126,30 @@ impl Keys {
             let kc: KeyConfig = match KeyConfig::deserialize(item) {
                 Ok(k) => k,
                 Err(e) => {
-                    err(path, e.to_string());
+                    c.err(path, e.to_string());
                     continue;
                 }
             };
             if kc.id.is_empty() {
-                err(format!("{path}.id"), "must not be empty".into());
+                c.err(format!("{path}.id"), "must not be empty");
                 continue;
             }
             if !ids.insert(kc.id.clone()) {
-                err(
+                c.err(
                     format!("{path}.id"),
                     format!("duplicate key id {:?}", kc.id),
                 );
                 continue;
             }
             if kc.key_env.is_empty() {
-                err(format!("{path}.key_env"), "must not be empty".into());
+                c.err(format!("{path}.key_env"), "must not be empty");
                 continue;
             }
             if let Some(m) = &kc.models {
                 if m.is_empty() {
-                    err(
+                    c.err(
                         format!("{path}.models"),
-                        "must name at least one model (omit it, or use \"*\", for all)".into(),
+                        "must name at least one model (omit it, or use \"*\", for all)",
                     );
                     continue;
                 }
@@ -163,7 +158,7 @@ impl Keys {
                 Some(k) if !k.is_empty() => {
                     let d = sha256(k.as_bytes());
                     if digests.contains(&d) {
-                        err(
+                        c.err(
                             format!("{path}.key_env"),
                             format!("${} holds the same key as another entry", kc.key_env),
                         );
@@ -173,7 +168,7 @@ impl Keys {
                     Some(d)
                 }
                 _ => {
-                    warnings.push(format!(
+                    c.warnings.push(format!(
                         "{path}.key_env: ${} is not set or empty; key {:?} cannot authenticate",
                         kc.key_env, kc.id
                     ));
@@ -316,20 +311,20 @@ fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::ConfigError;
     use http::HeaderValue;
 
     fn keys(json: &str, env: &[(&str, &str)]) -> (Keys, Vec<ConfigError>, Vec<String>) {
         let v: Value = serde_json::from_str(json).unwrap();
-        let mut errs = Vec::new();
-        let mut warns = Vec::new();
+        let mut c = Checker::default();
         let env: Vec<(String, String)> = env
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
-        let k = Keys::from_config_with_env(Some(&v), &mut errs, &mut warns, &|n| {
+        let k = Keys::from_config_with_env(&mut c, Some(&v), &|n| {
             env.iter().find(|(a, _)| a == n).map(|(_, b)| b.clone())
         });
-        (k, errs, warns)
+        (k, c.errors, c.warnings)
     }
 
     fn hdr(name: &'static str, v: &str) -> HeaderMap {
@@ -392,7 +387,7 @@ mod tests {
 
     #[test]
     fn open_when_no_keys() {
-        let k = Keys::from_config(None, &mut Vec::new(), &mut Vec::new());
+        let k = Keys::from_config(&mut Checker::default(), None);
         assert!(k.is_open());
         let c = k.authenticate(&HeaderMap::new()).unwrap();
         assert_eq!(c.id_str(), "-");

@@ -27,7 +27,6 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::exchange::access_log;
-use crate::posture::limits::store::Store;
 use crate::posture::metrics;
 use crate::serve::signals::Signals;
 
@@ -43,32 +42,24 @@ fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
-pub fn run(mut config: Config, config_path: String) -> anyhow::Result<()> {
-    let listen = config.listen.clone();
+pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
+    let startup = config.startup.clone();
     let signals = Signals::install()?;
     // Bind every listener before announcing: a port-0 address is resolved by the first bind and
     // the others join it, so all workers share one port.
-    let first = bind(listen.addr)?;
+    let first = bind(startup.addr)?;
     let addr = first.local_addr()?;
     let mut listeners = vec![first];
-    for _ in 1..listen.workers {
+    for _ in 1..startup.workers {
         listeners.push(bind(addr)?);
     }
 
-    access_log::init(&listen.access_log)?;
-    if let Some(m) = &listen.metrics {
+    access_log::init(&startup.access_log)?;
+    if let Some(m) = &startup.metrics {
         let a = metrics::exposition::serve(m.listen)?;
         eprintln!("metrics listening on {a}");
     }
     crate::alloc::spawn_housekeeping();
-    // The shared quota store, if any: connected (or known unreachable) before the first request.
-    let store = match config.snapshot.limits.store_config() {
-        Some(c) => Some(Store::start(c)?),
-        None => None,
-    };
-    if let Some(s) = &store {
-        config.snapshot.limits.connect(s);
-    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let (cfg_tx, cfg_rx) = watch::channel(Arc::new(config.snapshot));
@@ -76,16 +67,16 @@ pub fn run(mut config: Config, config_path: String) -> anyhow::Result<()> {
     for (i, l) in listeners.into_iter().enumerate() {
         let stop = stop_rx.clone();
         let cfg = cfg_rx.clone();
-        let listen = listen.clone();
+        let startup = startup.clone();
         handles.push(
             std::thread::Builder::new()
                 .name(format!("gw-worker-{i}"))
-                .spawn(move || worker::run(l, stop, cfg, &listen))?,
+                .spawn(move || worker::run(l, stop, cfg, &startup))?,
         );
     }
     eprintln!("listening on {addr}");
 
-    signals.wait(&cfg_tx, &config_path, store.as_ref());
+    signals.wait(&cfg_tx, &config_path, startup.store.as_ref());
     let _ = stop_tx.send(true);
     let mut failed = None;
     for h in handles {
@@ -97,7 +88,7 @@ pub fn run(mut config: Config, config_path: String) -> anyhow::Result<()> {
     }
     // The last snapshot's leases go back to the store (dropping the limits spawns the calls).
     drop((cfg_tx, cfg_rx));
-    if let Some(s) = &store {
+    if let Some(s) = &startup.store {
         s.close();
     }
     access_log::flush();

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use crate::config::{self, Snapshot};
 use crate::posture::limits::store::Store;
+use crate::posture::limits::StoreSource;
 
 pub struct Signals {
     rt: tokio::runtime::Runtime,
@@ -35,8 +36,8 @@ impl Signals {
         Ok(Signals { rt, term, int, hup })
     }
 
-    /// Returns on SIGTERM or SIGINT; reloads the config on SIGHUP (sharing its limits through the
-    /// running `store`, if any).
+    /// Returns on SIGTERM or SIGINT; reloads the config on SIGHUP (its limits shared through the
+    /// `store` started at startup, if any).
     pub fn wait(
         self,
         cfg_tx: &watch::Sender<Arc<Snapshot>>,
@@ -63,15 +64,8 @@ impl Signals {
 }
 
 fn reload(cfg_tx: &watch::Sender<Arc<Snapshot>>, config_path: &str, store: Option<&Arc<Store>>) {
-    match config::load_file(config_path) {
-        Ok(mut c) => {
-            match store {
-                Some(s) => c.warnings.extend(c.snapshot.limits.connect(s)),
-                None if c.snapshot.limits.store_config().is_some() => c
-                    .warnings
-                    .push("$.limits.store: startup-only; limits stay local until a restart".into()),
-                None => {}
-            }
+    match config::load_file(config_path, StoreSource::Running(store)) {
+        Ok(c) => {
             for w in &c.warnings {
                 eprintln!("config warning: {w}");
             }

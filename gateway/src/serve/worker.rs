@@ -22,7 +22,7 @@ use http::{Method, Request, StatusCode};
 use hyper::body::Incoming;
 use tokio::sync::watch;
 
-use crate::config::{Listen, Snapshot};
+use crate::config::{Snapshot, Startup};
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::body::{error_response, json_response, GwBody, GwResponse};
@@ -64,12 +64,12 @@ pub fn run(
     listener: std::net::TcpListener,
     mut stop: watch::Receiver<bool>,
     mut cfg: watch::Receiver<Arc<Snapshot>>,
-    listen: &Listen,
+    startup: &Startup,
 ) -> anyhow::Result<()> {
-    let drain = listen.drain_timeout;
-    let max_connections = listen.max_connections_per_worker;
-    let upstream_tls = listen.upstream_tls.clone();
-    let (period, ticks) = sweep_period(listen.header_timeout);
+    let drain = startup.drain_timeout;
+    let max_connections = startup.max_connections_per_worker;
+    let upstream_tls = startup.upstream_tls.clone();
+    let (period, ticks) = sweep_period(startup.header_timeout);
     // Open connections of this worker; only its own tasks touch it.
     let open = Rc::new(Cell::new(0usize));
     let conns: Rc<RefCell<Vec<Rc<ConnState>>>> = Rc::new(RefCell::new(Vec::new()));

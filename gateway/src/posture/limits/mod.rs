@@ -73,10 +73,10 @@ use std::task::{Context, Poll, Waker};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::checker::ConfigError;
+use crate::checker::Checker;
 use crate::posture::limits::clock::now_ns;
 use crate::posture::limits::lease::Leases;
-use crate::posture::limits::policy::LimitsConfig;
+use crate::posture::limits::policy::{LimitsConfig, Policy};
 use crate::posture::limits::shared::Refused;
 use crate::posture::limits::state::PolicyState;
 use crate::posture::limits::store::{Store, StoreConfig};
@@ -91,10 +91,55 @@ pub struct Limits {
     keys: HashMap<String, Arc<PolicyState>>,
     models: HashMap<String, Arc<PolicyState>>,
     headers_on_success: bool,
-    /// The `store` section as configured (connected or not).
-    store_config: Option<StoreConfig>,
-    /// The running store, once [`Limits::connect`]ed.
+    /// The store the policies are shared through, if any.
     store: Option<Arc<Store>>,
+    /// Whether the section names a store (started or not: checking starts none).
+    store_configured: bool,
+}
+
+/// What the `limits.store` section is assembled with.
+pub enum StoreSource<'a> {
+    /// Checking only (`gateway validate`, `gateway paths`): the section is checked, nothing is
+    /// started, and the policies are local.
+    CheckOnly,
+    /// Serving's startup: the section's store is started here, once (connected, or known to be
+    /// unreachable, before the first request).
+    Start,
+    /// A reload: the store started at startup, if any. The section is startup-only: a reloaded
+    /// one that differs from the running store is ignored, with a warning.
+    Running(Option<&'a Arc<Store>>),
+}
+
+impl StoreSource<'_> {
+    /// The store to share the policies through, given the checked section (`None`: absent or
+    /// with errors).
+    fn resolve(self, c: &mut Checker, section: Option<&StoreConfig>) -> Option<Arc<Store>> {
+        match (self, section) {
+            (StoreSource::CheckOnly, _) | (StoreSource::Start, None) => None,
+            (StoreSource::Start, Some(cfg)) => match Store::start(cfg) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    c.err("$.limits.store", format!("{e:#}"));
+                    None
+                }
+            },
+            (StoreSource::Running(Some(s)), section) => {
+                if section != Some(s.config()) {
+                    c.warnings.push(format!(
+                        "$.limits.store: startup-only; the running store ({}) is kept until a restart",
+                        s.config().url
+                    ));
+                }
+                Some(s.clone())
+            }
+            (StoreSource::Running(None), Some(_)) => {
+                c.warnings
+                    .push("$.limits.store: startup-only; limits stay local until a restart".into());
+                None
+            }
+            (StoreSource::Running(None), None) => None,
+        }
+    }
 }
 
 /// The outcome of [`Limits::admit`].
@@ -108,47 +153,53 @@ pub enum Admit {
 impl Limits {
     /// Builds the policies from the top-level `limits` value. `key_ids` are the configured key ids
     /// and `aliases` the configured model aliases; a policy naming anything else is an error (a
-    /// typo would otherwise leave that key or model unlimited).
+    /// typo would otherwise leave that key or model unlimited). With a store (`store`, see
+    /// [`StoreSource`]) every policy is built shared through it, with its leases.
     pub fn from_config(
+        c: &mut Checker,
         v: Option<&Value>,
         key_ids: &[String],
         aliases: &[&str],
-        errors: &mut Vec<ConfigError>,
-        warnings: &mut Vec<String>,
+        store: StoreSource,
     ) -> Limits {
-        let Some(v) = v else {
-            return Limits::default();
-        };
-        let cfg = match LimitsConfig::deserialize(v) {
-            Ok(c) => c,
-            Err(e) => {
-                errors.push(ConfigError {
-                    path: "$.limits".into(),
-                    message: e.to_string(),
-                });
+        let cfg = match v.map(LimitsConfig::deserialize) {
+            None => LimitsConfig::default(),
+            Some(Ok(cfg)) => cfg,
+            Some(Err(e)) => {
+                c.err("$.limits", e.to_string());
                 return Limits::default();
             }
         };
         let store_config = cfg
             .store
             .as_ref()
-            .and_then(|v| StoreConfig::from_config(v, errors, warnings));
+            .and_then(|v| StoreConfig::from_config(c, v));
+        let store = store.resolve(c, store_config.as_ref());
+        let mut shared = store
+            .as_ref()
+            .map(|s| (s, shared::holder(s), Leases::default()));
+        let mut build = |scope: Scope, name: &str, p: Policy| {
+            let mut st = PolicyState::new(scope, name, p);
+            if let Some((s, holder, leases)) = &mut shared {
+                st.shared = Some(shared::share(&st, s, holder, leases));
+            }
+            Arc::new(st)
+        };
         let mut out = Limits {
             headers_on_success: cfg.headers_on_success,
-            store_config,
+            store_configured: store_config.is_some(),
             ..Limits::default()
         };
         if let Some(d) = &cfg.default_key {
-            if policy::check("$.limits.default_key", d, errors) {
+            if policy::check(c, "$.limits.default_key", d) {
                 for id in key_ids {
                     if !cfg.keys.contains_key(id) {
-                        out.keys
-                            .insert(id.clone(), Arc::new(PolicyState::new(Scope::Key, id, *d)));
+                        out.keys.insert(id.clone(), build(Scope::Key, id, *d));
                     }
                 }
             }
             if key_ids.is_empty() {
-                warnings.push(
+                c.warnings.push(
                     "$.limits.default_key: no keys are configured, so no key policy applies".into(),
                 );
             }
@@ -156,69 +207,51 @@ impl Limits {
         for (id, p) in &cfg.keys {
             let path = format!("$.limits.keys.{id}");
             if !key_ids.iter().any(|k| k == id) {
-                errors.push(ConfigError {
+                c.err(
                     path,
-                    message: format!("no key with id {id:?} is configured in $.keys"),
-                });
+                    format!("no key with id {id:?} is configured in $.keys"),
+                );
                 continue;
             }
-            if policy::check(&path, p, errors) {
-                out.keys
-                    .insert(id.clone(), Arc::new(PolicyState::new(Scope::Key, id, *p)));
+            if policy::check(c, &path, p) {
+                out.keys.insert(id.clone(), build(Scope::Key, id, *p));
             }
         }
         for (alias, p) in &cfg.models {
             let path = format!("$.limits.models.{alias}");
             if !aliases.contains(&alias.as_str()) {
-                errors.push(ConfigError {
+                c.err(
                     path,
-                    message: format!("no model alias {alias:?} is configured in $.models"),
-                });
+                    format!("no model alias {alias:?} is configured in $.models"),
+                );
                 continue;
             }
-            if policy::check(&path, p, errors) {
-                out.models.insert(
-                    alias.clone(),
-                    Arc::new(PolicyState::new(Scope::Model, alias, *p)),
-                );
+            if policy::check(c, &path, p) {
+                out.models
+                    .insert(alias.clone(), build(Scope::Model, alias, *p));
             }
         }
+        if let Some((s, _, leases)) = shared {
+            lease::maintain(s, leases);
+        }
+        out.store = store;
         out
+    }
+
+    /// Whether the `store` section names a store (the `shared-limits` posture), whether or not
+    /// it was started.
+    pub fn store_configured(&self) -> bool {
+        self.store_configured
+    }
+
+    /// The store these policies are shared through, if any (started at startup).
+    pub fn store(&self) -> Option<&Arc<Store>> {
+        self.store.as_ref()
     }
 
     /// Whether no policy is configured (then admission costs nothing).
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty() && self.models.is_empty()
-    }
-
-    /// The `store` section, for starting the store at startup.
-    pub fn store_config(&self) -> Option<&StoreConfig> {
-        self.store_config.as_ref()
-    }
-
-    /// Shares these policies through the running `store` (at startup and on every reload). The
-    /// store itself is startup-only: a reloaded `store` section that differs from the running
-    /// one is ignored, with a warning (returned).
-    pub fn connect(&mut self, store: &Arc<Store>) -> Vec<String> {
-        let mut warnings = Vec::new();
-        let cfg = store.config();
-        if self.store_config.as_ref() != Some(cfg) {
-            warnings.push(format!(
-                "$.limits.store: startup-only; the running store ({}) is kept until a restart",
-                cfg.url
-            ));
-        }
-        let holder = shared::holder(store);
-        let mut leases = Leases::default();
-        for st in self.keys.values_mut().chain(self.models.values_mut()) {
-            let Some(st) = Arc::get_mut(st) else {
-                continue;
-            };
-            st.shared = Some(shared::share(st, store, &holder, &mut leases));
-        }
-        lease::maintain(store, leases);
-        self.store = Some(store.clone());
-        warnings
     }
 
     /// The policies that apply to (key, model): the key's, then the model's.
@@ -308,6 +341,7 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::ConfigError;
     use crate::posture::limits::clock::WINDOW_NS;
     use crate::posture::limits::limiter::Local;
     use crate::posture::limits::response::fmt_duration;
@@ -320,9 +354,9 @@ mod tests {
     fn limits(json: &str, keys: &[&str], models: &[&str]) -> (Limits, Vec<ConfigError>) {
         let v: Value = serde_json::from_str(json).unwrap();
         let keys: Vec<String> = keys.iter().map(|s| s.to_string()).collect();
-        let mut errs = Vec::new();
-        let l = Limits::from_config(Some(&v), &keys, models, &mut errs, &mut Vec::new());
-        (l, errs)
+        let mut c = Checker::default();
+        let l = Limits::from_config(&mut c, Some(&v), &keys, models, StoreSource::CheckOnly);
+        (l, c.errors)
     }
 
     #[test]
@@ -478,7 +512,6 @@ mod tests {
             &["m"],
         );
         assert!(e.is_empty(), "{e:?}");
-        assert_eq!(l.store_config().unwrap().replicas, 3);
         // Divided by the replicas, rounded up, never below one.
         let fb = Local::divided(&l.models["m"].policy, 3);
         assert_eq!(fb.max_concurrent, Some(2));

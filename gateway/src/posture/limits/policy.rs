@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::checker::ConfigError;
+use crate::checker::Checker;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,7 +72,7 @@ impl Kind {
 
 /// Checks a policy's numbers (each positive, and within what the limiter's arithmetic holds),
 /// reporting each bad one at `path`; whether the policy can be used.
-pub(super) fn check(path: &str, p: &Policy, errors: &mut Vec<ConfigError>) -> bool {
+pub(super) fn check(c: &mut Checker, path: &str, p: &Policy) -> bool {
     let mut ok = true;
     for (f, v, max) in [
         ("requests_per_minute", p.requests_per_minute, 1_000_000_000),
@@ -85,17 +85,11 @@ pub(super) fn check(path: &str, p: &Policy, errors: &mut Vec<ConfigError>) -> bo
     ] {
         match v {
             Some(0) => {
-                errors.push(ConfigError {
-                    path: format!("{path}.{f}"),
-                    message: "must be a positive integer".into(),
-                });
+                c.err(format!("{path}.{f}"), "must be a positive integer");
                 ok = false;
             }
             Some(n) if n > max => {
-                errors.push(ConfigError {
-                    path: format!("{path}.{f}"),
-                    message: format!("must be at most {max}"),
-                });
+                c.err(format!("{path}.{f}"), format!("must be at most {max}"));
                 ok = false;
             }
             _ => {}

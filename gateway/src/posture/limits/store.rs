@@ -44,7 +44,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::checker::ConfigError;
+use crate::checker::Checker;
 
 /// What admission does while the store cannot be reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -131,31 +131,27 @@ pub struct StoreConfig {
 impl StoreConfig {
     /// Checks `limits.store`. Unset credential variables are warnings (so that `validate` runs
     /// where the secrets are not); everything else is an error with its path.
-    pub fn from_config(
-        v: &Value,
-        errors: &mut Vec<ConfigError>,
-        warnings: &mut Vec<String>,
-    ) -> Option<StoreConfig> {
-        let err = |errors: &mut Vec<ConfigError>, field: &str, message: String| {
+    pub fn from_config(c: &mut Checker, v: &Value) -> Option<StoreConfig> {
+        let err = |c: &mut Checker, field: &str, message: String| {
             let path = if field.is_empty() {
                 "$.limits.store".to_string()
             } else {
                 format!("$.limits.store.{field}")
             };
-            errors.push(ConfigError { path, message });
+            c.err(path, message);
         };
         let raw = match Raw::deserialize(v) {
             Ok(r) => r,
             Err(e) => {
-                err(errors, "", e.to_string());
+                err(c, "", e.to_string());
                 return None;
             }
         };
-        let before = errors.len();
+        let before = c.errors.len();
         let tls = match check_url(&raw.url) {
             Ok(tls) => tls,
             Err(m) => {
-                err(errors, "url", m);
+                err(c, "url", m);
                 false
             }
         };
@@ -164,8 +160,8 @@ impl StoreConfig {
             ("password_env", &raw.password_env),
         ] {
             match name.as_deref() {
-                Some("") => err(errors, field, "must name an environment variable".into()),
-                Some(n) if std::env::var_os(n).is_none() => warnings.push(format!(
+                Some("") => err(c, field, "must name an environment variable".into()),
+                Some(n) if std::env::var_os(n).is_none() => c.warnings.push(format!(
                     "$.limits.store.{field}: {n} is not set; connecting without it"
                 )),
                 _ => {}
@@ -173,9 +169,9 @@ impl StoreConfig {
         }
         if let Some(ca) = &raw.ca_file {
             if !tls {
-                err(errors, "ca_file", "applies to rediss:// URLs only".into());
+                err(c, "ca_file", "applies to rediss:// URLs only".into());
             } else if let Err(e) = std::fs::read(ca) {
-                err(errors, "ca_file", format!("cannot read {ca}: {e}"));
+                err(c, "ca_file", format!("cannot read {ca}: {e}"));
             }
         }
         if raw.prefix.is_empty()
@@ -183,21 +179,21 @@ impl StoreConfig {
             || !raw.prefix.bytes().all(|b| b.is_ascii_graphic())
         {
             err(
-                errors,
+                c,
                 "prefix",
                 "must be 1 to 64 visible ASCII characters".into(),
             );
         }
         if !(1..=10_000).contains(&raw.timeout_ms) {
-            err(errors, "timeout_ms", "must be 1 to 10000".into());
+            err(c, "timeout_ms", "must be 1 to 10000".into());
         }
         if !(1..=10_000).contains(&raw.replicas) {
-            err(errors, "replicas", "must be 1 to 10000".into());
+            err(c, "replicas", "must be 1 to 10000".into());
         }
         if !(500..=3_600_000).contains(&raw.slot_ttl_ms) {
-            err(errors, "slot_ttl_ms", "must be 500 to 3600000".into());
+            err(c, "slot_ttl_ms", "must be 500 to 3600000".into());
         }
-        (errors.len() == before).then(|| StoreConfig {
+        (c.errors.len() == before).then(|| StoreConfig {
             url: raw.url,
             username_env: raw.username_env,
             password_env: raw.password_env,
@@ -639,10 +635,13 @@ mod tests {
     use super::*;
 
     fn parse(v: Value) -> (Option<StoreConfig>, Vec<String>, Vec<String>) {
-        let mut e = Vec::new();
-        let mut w = Vec::new();
-        let c = StoreConfig::from_config(&v, &mut e, &mut w);
-        (c, e.into_iter().map(|e| e.path).collect(), w)
+        let mut ch = Checker::default();
+        let c = StoreConfig::from_config(&mut ch, &v);
+        (
+            c,
+            ch.errors.into_iter().map(|e| e.path).collect(),
+            ch.warnings,
+        )
     }
 
     #[test]

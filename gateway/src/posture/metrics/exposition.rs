@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::*;
-use crate::checker::ConfigError;
+use crate::checker::Checker;
 
 fn sum(shards: &[Arc<Shard>], f: impl Fn(&Shard) -> &AtomicU64) -> u64 {
     shards
@@ -255,16 +255,13 @@ fn yes() -> bool {
 
 impl MetricsConfig {
     /// The `metrics` section; `None` when absent or disabled (metrics are still collected).
-    pub fn from_config(v: Option<&Value>, errors: &mut Vec<ConfigError>) -> Option<MetricsConfig> {
+    pub fn from_config(c: &mut Checker, v: Option<&Value>) -> Option<MetricsConfig> {
         let v = v?;
         match MetricsConfig::deserialize(v) {
-            Ok(c) if c.enabled => Some(c),
+            Ok(cfg) if cfg.enabled => Some(cfg),
             Ok(_) => None,
             Err(e) => {
-                errors.push(ConfigError {
-                    path: "$.metrics".into(),
-                    message: e.to_string(),
-                });
+                c.err("$.metrics", e.to_string());
                 None
             }
         }
@@ -445,15 +442,15 @@ mod tests {
 
     #[test]
     fn config() {
-        let mut e = Vec::new();
+        let mut e = Checker::default();
         let v: Value = serde_json::from_str(r#"{"listen":"127.0.0.1:0"}"#).unwrap();
-        assert!(MetricsConfig::from_config(Some(&v), &mut e).is_some());
+        assert!(MetricsConfig::from_config(&mut e, Some(&v)).is_some());
         let v: Value = serde_json::from_str(r#"{"listen":"127.0.0.1:0","enabled":false}"#).unwrap();
-        assert!(MetricsConfig::from_config(Some(&v), &mut e).is_none());
-        assert!(e.is_empty());
+        assert!(MetricsConfig::from_config(&mut e, Some(&v)).is_none());
+        assert!(e.errors.is_empty());
         let v: Value = serde_json::from_str(r#"{"listen":"nope"}"#).unwrap();
-        assert!(MetricsConfig::from_config(Some(&v), &mut e).is_none());
-        assert_eq!(e[0].path, "$.metrics");
+        assert!(MetricsConfig::from_config(&mut e, Some(&v)).is_none());
+        assert_eq!(e.errors[0].path, "$.metrics");
     }
 
     #[test]
