@@ -7,22 +7,22 @@
 //! request, a gateway that does not exit 0, or a port held by someone else makes the batch
 //! invalid. See docs/bench.md.
 
+mod batch_report;
 mod cleanup;
 mod driver;
 mod pin;
 mod procfs;
-mod report;
 mod rig;
 mod stats;
 
 #[cfg(test)]
-pub use report::synthetic as report_synthetic;
-pub use report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
+pub use batch_report::synthetic as report_synthetic;
+pub use batch_report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
 
 use crate::{check, load, shapes, train};
 use anyhow::{bail, Context, Result};
+use batch_report::{Binary, Leg, RigFloor, Settings, Window};
 use bytes::Bytes;
-use report::{Binary, Leg, RigFloor, Settings, Window};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -122,7 +122,7 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let report = run_batch(&args.shape, &args.baseline, &args.variants, &args.knobs)?;
-    print!("{}", report::render_table(&report));
+    print!("{}", batch_report::render_table(&report));
     write_json(&report, args.knobs.json.as_deref())?;
     if !report.valid {
         bail!("bench batch invalid: {}", report.problems.join("; "));
@@ -530,7 +530,7 @@ pub fn run_batch(
         report.flags.push(format!("redis stop: {e:#}"));
     }
     report.valid = report.problems.is_empty();
-    report::summarize(&mut report);
+    batch_report::summarize(&mut report);
     Ok(report)
 }
 

@@ -1,4 +1,5 @@
-//! The batch report: what is written as JSON and rendered as a table.
+//! The batch report of `trainer bench` and `trainer holdout`: what is written as JSON and
+//! rendered as a table (not `bench/report`, the script that regenerates docs/bench-results).
 
 use super::stats::{self, Verdict};
 use serde::Serialize;
