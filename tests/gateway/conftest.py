@@ -1,7 +1,8 @@
 """Fixtures for the SDK conformance tests: the real gateway in front of the trainer's mock.
 
-Set GATEWAY_BIN to test another gateway binary (for example `result/bin/gateway`) instead of the
-cargo debug build.
+By default both binaries are the cargo debug build (target/debug), built first. Set GATEWAY_BIN
+to test another gateway binary (for example `result/bin/gateway`) and TRAINER_BIN for another
+trainer (the mock); with both set nothing is built (tests/quick passes the ones it built).
 """
 
 import json
@@ -51,9 +52,13 @@ def _stop(proc, timeout=10):
 
 @pytest.fixture(scope="session")
 def binaries():
-    subprocess.run(["cargo", "build", "-q", "-p", "gateway", "-p", "trainer"], cwd=ROOT, check=True)
-    gateway = os.environ.get("GATEWAY_BIN") or str(ROOT / "target" / "debug" / "gateway")
-    return gateway, str(ROOT / "target" / "debug" / "trainer")
+    gateway = os.environ.get("GATEWAY_BIN")
+    trainer = os.environ.get("TRAINER_BIN")
+    if not (gateway and trainer):
+        subprocess.run(["cargo", "build", "-q", "-p", "gateway", "-p", "trainer"], cwd=ROOT,
+                       check=True)
+    return (gateway or str(ROOT / "target" / "debug" / "gateway"),
+            trainer or str(ROOT / "target" / "debug" / "trainer"))
 
 
 @pytest.fixture(scope="session")

@@ -18,13 +18,23 @@ pub fn gateway_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gateway"))
 }
 
-/// The trainer binary next to the gateway's, built once if it is not there yet.
+/// The trainer binary the tests run as the mock upstream: `TRAINER_BIN` when set (tests/quick
+/// sets it), else the one next to the gateway's (`target/debug/trainer`), which is built with
+/// `cargo build -p trainer` when it is not there yet, saying so. One that is there is used as it
+/// is: after a change to the trainer, build it (`cargo build -p trainer`) or set `TRAINER_BIN`.
 pub fn trainer_bin() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
+            if let Some(bin) = std::env::var_os("TRAINER_BIN") {
+                return PathBuf::from(bin);
+            }
             let bin = gateway_bin().with_file_name("trainer");
             if !bin.exists() {
+                eprintln!(
+                    "gateway tests: {} is missing; building it (cargo build -p trainer)",
+                    bin.display()
+                );
                 let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
                 let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
                 let st = Command::new(cargo)
