@@ -1,6 +1,6 @@
 #![no_main]
-//! The config checker (including the keys, limits, metrics and access_log sections once wired)
-//! on arbitrary files: every problem is an error with a path, never a panic.
+//! The config checker (every section, through `config::parse`, which starts no store) on arbitrary
+//! files: every problem is an error with a path, never a panic.
 use gateway::config;
 use libfuzzer_sys::fuzz_target;
 

@@ -43,3 +43,14 @@ impl Dialect {
         }
     }
 }
+
+/// Whether an upstream stream event of this name can carry token usage: Anthropic Messages'
+/// `message_start` and `message_delta`, OpenAI Responses' `response.completed` and
+/// `response.incomplete`. Chat Completions frames have no name (their data is searched).
+#[inline]
+pub fn event_carries_usage(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"message_start" | b"message_delta" | b"response.completed" | b"response.incomplete"
+    )
+}

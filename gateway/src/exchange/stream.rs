@@ -9,6 +9,7 @@ use bytes::BytesMut;
 use super::facts::Facts;
 use super::{finish, Record};
 use crate::dialect::error::GwError;
+use crate::dialect::event_carries_usage;
 use crate::dialect::transform::StreamTransform;
 use crate::json::usage::scan_usage;
 use crate::sse::SseEvent;
@@ -56,13 +57,7 @@ impl StreamTransform for Tracked {
                 }
             }
             let usage = if named {
-                matches!(
-                    &ev.event[..],
-                    b"message_start"
-                        | b"message_delta"
-                        | b"response.completed"
-                        | b"response.incomplete"
-                )
+                event_carries_usage(&ev.event)
             } else {
                 self.usage_key.find(&ev.data).is_some()
             };
