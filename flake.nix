@@ -7,7 +7,9 @@
 
   inputs = {
     # Pinned in flake.lock to the revisions crane's own test/flake.lock is tested with (nixpkgs),
-    # and to the last fenix revision whose `stable` is rustc 1.95.0 (docs/flake.md).
+    # and to a fenix revision that has `fromToolchainName`. The Rust release itself is pinned by
+    # nix/rust-release.nix (release and channel-manifest sha256), not by fenix's `stable`, so
+    # `nix flake update` cannot move it away from the pinned profiles (docs/flake.md).
     nixpkgs.url = "github:NixOS/nixpkgs/nixpkgs-unstable";
     crane.url = "github:ipetkov/crane";
     fenix = {
@@ -63,10 +65,10 @@
 
           pipeline = import ./nix/pipeline.nix {
             inherit toolchain shapes;
+            # Keyed by target and Rust release, not by provider: the offline chain's profiles.
             pinned = import ./nix/pinned-profiles.nix {
               profiles = ./profiles;
-              inherit system;
-              provider = toolchain.name;
+              inherit (toolchain) target rustRelease;
             };
             refreshCommand = "nix run .#refresh-profiles";
           };
@@ -170,10 +172,11 @@
             holdout-instructions = pipeline.holdout-instructions;
           };
 
-          # `nix run .#refresh-profiles` at the root of a checkout: rewrites profiles/<system>/
-          # from fresh training runs (what nix/offline/refresh-profiles does offline). A flake sees
-          # only the files git tracks, so each new profile is `git add`ed before the next step's
-          # evaluation, whose PGO build must use it. Runs the user's `nix` and `git`.
+          # `nix run .#refresh-profiles` at the root of a checkout: rewrites
+          # profiles/<target>/rust-<release>/ from fresh training runs (what
+          # nix/offline/refresh-profiles does offline; both write the same directory). A flake
+          # sees only the files git tracks, so each new profile is `git add`ed before the next
+          # step's evaluation, whose PGO build must use it. Runs the user's `nix` and `git`.
           refreshProfiles = pkgs.writeShellScript "refresh-profiles" ''
             set -euo pipefail
             if [ ! -f flake.nix ] || [ ! -d .git ]; then
@@ -263,10 +266,13 @@
         toolchain-versions = s.toolchain.versions;
       }) all;
 
-      # Hydra: one job per package and check per system (`packages.aarch64-linux.gateway-pgo-bolt`).
+      # Hydra: one job per package and check per system (`packages.aarch64-linux.gateway-pgo-bolt`),
+      # and the release rule: `release.<system>` fails unless the artifact's profiles are pinned
+      # (an artifact trained in the build still builds, but is not released).
       hydraJobs = {
         packages = per "packages";
         checks = per "checks";
+        release = builtins.mapAttrs (_: s: s.pipeline.release-check) all;
       };
 
       nixosModules.default =

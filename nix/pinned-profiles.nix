@@ -1,26 +1,29 @@
-# The pinned profiles of one system and provider in the repository's profiles/ directory,
-# profiles/<system>/<provider>/{llvm,bolt}, each a store path of its own (null where the
-# repository has none). A profile belongs to the binaries of one provider on one system: the BOLT
-# profile to one PGO binary, and the providers link differently; the LLVM profile to one
-# instrumented build, whose function names and hashes only the same cargo and rustc invocation
-# are sure to reproduce. As separate store paths, refreshing the BOLT profile does not rebuild the
-# PGO stage. Only the profile and its manifest enter the store: the reports beside them
-# (function-coverage.*) are for people, and rewriting one rebuilds nothing.
+# The pinned profiles of one key in the repository's profiles/ directory,
+# profiles/<target>/rust-<release>/{llvm,bolt}, each a store path of its own (null where the
+# repository has none). A profile is keyed by what determines it: the Rust release (the
+# directory) and, in its manifest, `rustc -vV`, `cargo -V`, the target and the codegen settings,
+# which `trainer profile verify` compares with the build's. The provider is not part of the key:
+# the same release gives the same function names and control-flow hashes whoever invokes cargo,
+# so both providers of a target read the same directory (docs/flake.md). As separate store
+# paths, refreshing the BOLT profile does not rebuild the PGO stage. Only the profile and its
+# manifest enter the store: the reports beside them (function-coverage.*) are for people, and
+# rewriting one rebuilds nothing.
 {
   # The profiles/ directory (a path), or null.
   profiles,
-  # Nix system (x86_64-linux).
-  system,
-  # Toolchain provider name (offline-debian, nixpkgs-fenix).
-  provider,
+  # Target triple (x86_64-unknown-linux-gnu).
+  target,
+  # Rust release of the build (nix/rust-release.nix: "1.95.0").
+  rustRelease,
 }:
 let
+  where = "profiles/${target}/rust-${rustRelease}";
   pinned =
-    sub:
-    if profiles != null && builtins.pathExists (profiles + "/${sub}") then
+    kind:
+    if profiles != null && builtins.pathExists (profiles + "/${target}/rust-${rustRelease}/${kind}") then
       builtins.path {
         name = "pinned-profile";
-        path = profiles + "/${sub}";
+        path = profiles + "/${target}/rust-${rustRelease}/${kind}";
         filter =
           path: type:
           builtins.elem (baseNameOf path) [
@@ -33,6 +36,8 @@ let
       null;
 in
 {
-  llvm = pinned "${system}/${provider}/llvm";
-  bolt = pinned "${system}/${provider}/bolt";
+  llvm = pinned "llvm";
+  bolt = pinned "bolt";
+  # Where they are (or would be), for messages and the proof marker.
+  inherit where;
 }

@@ -1,22 +1,27 @@
 # The stage chain, written once as a function of a toolchain provider (nix/README.md):
 #
 #   gateway-instrumented -> gateway-training (check) ------------------------------.
-#   profiles/<system>/<provider>/llvm -> gateway-profile -> gateway-pgo             |
+#   profiles/<target>/rust-<release>/llvm -> gateway-profile -> gateway-pgo         |
 #     -> gateway-bolt-instrumented -> gateway-bolt-training (check) ---------------+
-#   profiles/<system>/<provider>/bolt + gateway-pgo -> gateway-bolt-profile         |
+#   profiles/<target>/rust-<release>/bolt + gateway-pgo -> gateway-bolt-profile     |
 #     -> gateway-pgo-bolt (bin/gateway + share/gateway/proof.json) <-----------------'
 #
-# The optimized stages consume the pinned profiles committed under profiles/; the training
-# checks train afresh and fail when the pinned profiles are stale. Every stage is its own
-# derivation and rebuilds bit-identically; a failing stage fails everything after it, and nothing
-# falls back to a plain build. gateway-profile-fresh and gateway-bolt-profile-fresh, used only by
-# the refresh command, keep fresh training runs.
+# The optimized stages consume the pinned profiles committed under profiles/, keyed by what
+# determines them (Rust release, target, codegen settings; not the provider); the training checks
+# train afresh and fail when the pinned profiles are stale. Every stage is its own derivation and
+# rebuilds bit-identically; a failing stage fails everything after it, and nothing falls back to a
+# plain build. Where no profile is pinned for the build's key (another Rust release, a target
+# without profiles yet), the chain trains in the sandbox instead (gateway-profile-fresh,
+# gateway-bolt-profile-fresh, which the refresh command also uses) and builds from that: the proof
+# marker says "trained in build" with the reason, and the release check refuses it.
 {
   toolchain,
   # The shapes directory (shape files and payloads); the holdout shape is never trained.
   shapes,
-  # The pinned profiles { llvm, bolt }: store paths of their directories, or null where there
-  # is none (nix/pinned-profiles.nix finds them in the repository's profiles/).
+  # The pinned profiles { llvm, bolt, where }: store paths of their directories, or null where
+  # there is none (then that profile is trained in the build), and where they would be under
+  # profiles/ (nix/pinned-profiles.nix finds them in the repository's profiles/). `why`, if set,
+  # replaces "no pinned profile at <where>" as the reason a profile was trained in the build.
   pinned,
   # The command that rewrites profiles/ from fresh training runs; every stale-profile failure
   # names it.
@@ -51,6 +56,29 @@ let
   # The shape the bench and the instruction gate measure first (shapes/README.md).
   boardShape = "chat-minimal";
 
+  # The codegen part of the profile key (trainer/src/pinned.rs, `build_key`): the settings that change
+  # the code a profile describes. The cargo profile's settings (fat LTO, one codegen unit) are read
+  # from the workspace manifest; the features; the instrumented build's LTO (its flags are the
+  # chain's own); and code-changing RUSTFLAGS beyond the chain's -Cprofile-* flags (none). Link-only
+  # flags (--emit-relocs, the linker) and path remapping are left out: they do not change the
+  # functions' names or control flow.
+  codegenKey = builtins.toFile "codegen-key.json" (builtins.toJSON {
+    cargo_profile = "release";
+    profile_settings = (builtins.fromTOML (builtins.readFile ../Cargo.toml)).profile.release;
+    inherit features;
+    instrumented_lto = if instrumentedFatLto then "fat" else "off";
+    rustflags = "";
+  });
+
+  # Where each profile comes from: pinned where the repository has one for this key, trained in
+  # this build otherwise (with the reason the proof marker records).
+  trainedInBuild =
+    kind:
+    if pinned.${kind} != null then
+      null
+    else
+      pinned.why or "no pinned ${kind} profile at ${pinned.where or "profiles/"}/${kind}";
+
 in
 rec {
   inherit (toolchain) versions;
@@ -84,28 +112,39 @@ rec {
         inherit trainer shapes;
       };
 
+  # The freshness check of a pinned profile of `kind` (`profile`: the stage that verified it);
+  # none for a profile trained in this build, which is fresh by construction.
+  trainingCheck =
+    { name, kind, gateway, profile, minOverlap }:
+    if pinned.${kind} == null then
+      null
+    else
+      stages.training-check {
+        inherit name kind gateway minOverlap trainer shapes refreshCommand;
+        pinned = profile;
+      };
+
   gateway-instrumented = stages.instrumented {
     inherit features;
     fatLto = instrumentedFatLto;
   };
 
   gateway-profile = stages.llvm-profile {
-    pinned = pinned.llvm;
-    inherit versions trainer refreshCommand;
+    profile = if pinned.llvm != null then pinned.llvm else gateway-profile-fresh;
+    inherit versions codegenKey trainer refreshCommand;
   };
 
-  gateway-training = stages.training-check {
+  gateway-training = trainingCheck {
     name = "gateway-training";
     kind = "llvm";
     gateway = gateway-instrumented;
-    pinned = gateway-profile;
+    profile = gateway-profile;
     minOverlap = llvmMinOverlap;
-    inherit trainer shapes refreshCommand;
   };
 
   gateway-pgo = stages.pgo {
     profile = gateway-profile;
-    inherit emitRelocs refreshCommand features;
+    inherit emitRelocs refreshCommand features trainer;
   };
 
   gateway-bolt-instrumented = stages.bolt-instrument {
@@ -114,18 +153,17 @@ rec {
   };
 
   gateway-bolt-profile = stages.bolt-profile {
-    pinned = pinned.bolt;
+    profile = if pinned.bolt != null then pinned.bolt else gateway-bolt-profile-fresh;
     pgo = gateway-pgo;
-    inherit versions trainer refreshCommand;
+    inherit versions codegenKey trainer refreshCommand;
   };
 
-  gateway-bolt-training = stages.training-check {
+  gateway-bolt-training = trainingCheck {
     name = "gateway-bolt-training";
     kind = "bolt";
     gateway = gateway-bolt-instrumented;
-    pinned = gateway-bolt-profile;
+    profile = gateway-bolt-profile;
     minOverlap = boltMinOverlap;
-    inherit trainer shapes refreshCommand;
   };
 
   gateway-pgo-bolt = stages.bolt-optimize {
@@ -134,8 +172,23 @@ rec {
     boltProfile = gateway-bolt-profile;
     llvmCheck = gateway-training;
     boltCheck = gateway-bolt-training;
+    llvmTrainedInBuild = trainedInBuild "llvm";
+    boltTrainedInBuild = trainedInBuild "bolt";
     coverage = gateway-coverage;
-    inherit trainer versions;
+    inherit trainer versions refreshCommand;
+  };
+
+  # The release rule: the artifact's profiles are pinned (a function of committed inputs,
+  # bit-identical on rebuild), not trained in the build. Fails naming the refresh command
+  # otherwise; the flake's hydraJobs.release and the release workflow require it.
+  release-check = toolchain.runStage {
+    name = "gateway-release-check";
+    script = ''
+      ${trainer}/bin/trainer verify-proof --require-pinned ${gateway-pgo-bolt} \
+        || fail "the artifact is not releasable (see above)"
+      mkdir -p "$out"
+      ln -s ${gateway-pgo-bolt} "$out/gateway-pgo-bolt"
+    '';
   };
 
   # Fresh training runs for the refresh command; not part of the artifact.
@@ -144,7 +197,7 @@ rec {
     kind = "llvm";
     gateway = gateway-instrumented;
     coverage = gateway-coverage;
-    inherit trainer shapes versions;
+    inherit trainer shapes versions codegenKey;
   };
 
   gateway-bolt-profile-fresh = stages.fresh-profile {
@@ -153,7 +206,7 @@ rec {
     gateway = gateway-bolt-instrumented;
     pgo = gateway-pgo;
     coverage = gateway-coverage;
-    inherit trainer shapes versions;
+    inherit trainer shapes versions codegenKey;
   };
 
   # Not part of the artifact: the gates that the optimized build is faster on held-out work.
@@ -175,27 +228,25 @@ rec {
   # Measurement variants for bench/report (docs/bench-results), never the artifact and not Hydra
   # jobs: the chain again with another allocator, or trained on the board shape alone (with the
   # holdout, which is never trained), each with its own plain build and its optimized stages built
-  # from its own fresh trainings instead of profiles/ (a variant's profiles are never pinned; its
-  # training checks train once more against them). `nix/offline/build variants.jemalloc.gateway-pgo-bolt`.
+  # from profiles trained in its build (a variant's profiles are never pinned).
+  # `nix/offline/build variants.jemalloc.gateway-pgo-bolt`.
   variants =
     let
       freshlyTrained =
         args:
-        let
-          chain = import ./pipeline.nix (
-            {
-              inherit toolchain shapes refreshCommand features instrumentedFatLto;
-            }
-            // args
-            // {
-              pinned = {
-                llvm = chain.gateway-profile-fresh;
-                bolt = chain.gateway-bolt-profile-fresh;
-              };
-            }
-          );
-        in
-        chain;
+        import ./pipeline.nix (
+          {
+            inherit toolchain shapes refreshCommand features instrumentedFatLto;
+          }
+          // args
+          // {
+            pinned = {
+              llvm = null;
+              bolt = null;
+              why = "a measurement variant is trained in its build, never pinned";
+            };
+          }
+        );
     in
     {
       jemalloc = freshlyTrained { features = [ "tikv-jemallocator" ]; };
@@ -221,6 +272,6 @@ rec {
   };
 
   # The stage functions and their inputs, for compositions such as nix/tests/fail-closed.nix.
-  inherit stages toolchain shapes pinned refreshCommand;
+  inherit stages toolchain shapes pinned refreshCommand codegenKey;
   thresholds = { inherit llvmMinOverlap boltMinOverlap minInstructionReduction; };
 }

@@ -3,6 +3,8 @@
 {
   # Absolute path of the rustup toolchain (see nix/offline/build, which finds it).
   rustToolchain,
+  # Its Rust release (`rustc -vV`'s release: "1.95.0"): the pinned profiles are looked up by it.
+  rustRelease ? (import ../rust-release.nix).release,
   # Absolute path of the `cargo vendor` directory for Cargo.lock.
   vendorDir,
   # Overrides of the provider's tool paths (attribute names of nix/toolchains/offline.nix).
@@ -10,8 +12,8 @@
   # The cargo workspace source; null: the repository's, filtered as below (compositions such as
   # nix/tests/fail-closed.nix pass a patched one).
   src ? null,
-  # The pinned profiles { llvm, bolt } (store paths or null); null: the repository's profiles/
-  # (compositions pass broken ones).
+  # The pinned profiles { llvm, bolt, where } (store paths or null); null: the repository's
+  # profiles/ (compositions pass broken or missing ones).
   pinned ? null,
   # The shapes directory (a store path); null: the repository's shapes/ (compositions pass one
   # with a shape removed).
@@ -44,7 +46,7 @@ let
   };
 
   toolchain = import ../toolchains/offline.nix ({
-    inherit rustToolchain;
+    inherit rustToolchain rustRelease;
     src = if src == null then cargoSource else src;
     vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
   } // toolOverrides);
@@ -57,8 +59,7 @@ import ../pipeline.nix {
     else
       import ../pinned-profiles.nix {
         profiles = root + "/profiles";
-        inherit (toolchain) system;
-        provider = toolchain.name;
+        inherit (toolchain) target rustRelease;
       };
   shapes = if shapes != null then shapes else builtins.path { name = "shapes"; path = root + "/shapes"; };
   refreshCommand = "nix/offline/refresh-profiles";

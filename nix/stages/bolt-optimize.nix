@@ -1,9 +1,12 @@
-# Stage 8: the released artifact. llvm-bolt lays out the PGO build with the pinned BOLT profile
-# using the layout flags BOLT's documentation recommends; the output must carry BOLT's note, and
-# the proof marker is written last, only after every check passed. It depends on both training
-# checks, so a stale pinned profile fails the artifact even though the PGO and BOLT stages never
-# wait for a training run, and on the coverage gate, so a training set that leaves a request path
-# cold fails it too (its report ships as share/gateway/request-paths.json).
+# Stage 8: the released artifact. llvm-bolt lays out the PGO build with the BOLT profile using the
+# layout flags BOLT's documentation recommends; the output must carry BOLT's note, and the proof
+# marker is written last, only after every check passed. For a pinned profile it depends on the
+# training check that vouches for it, so a stale pinned profile fails the artifact even though the
+# PGO and BOLT stages never wait for a training run; a profile trained in this build (none pinned
+# for this key) needs no check, and the marker says so, with the reason (`trainer verify-proof
+# --require-pinned`, the release check, refuses it). It depends on the coverage gate, so a
+# training set that leaves a request path cold fails it too (its report ships as
+# share/gateway/request-paths.json).
 {
   toolchain,
   # Output of the PGO stage.
@@ -12,14 +15,30 @@
   profile,
   # Output of the pinned BOLT profile stage (gateway.fdata, manifest.json).
   boltProfile,
-  # Outputs of the training checks (verdict.json each).
+  # Outputs of the training checks (verdict.json each), or null for a profile trained in this
+  # build, with the reason in llvmTrainedInBuild / boltTrainedInBuild.
   llvmCheck,
   boltCheck,
+  llvmTrainedInBuild ? null,
+  boltTrainedInBuild ? null,
+  # The command that pins profiles, recorded in the marker.
+  refreshCommand,
   # Output of the coverage gate: its report ships beside the proof marker.
   coverage,
   trainer,
   versions,
 }:
+let
+  # The proof's arguments for where a profile came from.
+  origin =
+    kind: check: reason:
+    if check != null then
+      "--${kind}-check ${check}/verdict.json"
+    else if reason != null then
+      "--${kind}-trained-in-build ${builtins.toJSON reason}"
+    else
+      throw "nix/stages/bolt-optimize.nix: the ${kind} profile has neither a training check nor a reason it was trained in the build";
+in
 toolchain.runStage {
   name = "gateway-pgo-bolt";
   script = ''
@@ -46,8 +65,9 @@ toolchain.runStage {
     ${trainer}/bin/trainer proof \
       --llvm-profile ${profile} \
       --bolt-profile ${boltProfile} \
-      --llvm-check ${llvmCheck}/verdict.json \
-      --bolt-check ${boltCheck}/verdict.json \
+      ${origin "llvm" llvmCheck llvmTrainedInBuild} \
+      ${origin "bolt" boltCheck boltTrainedInBuild} \
+      --refresh-command ${builtins.toJSON refreshCommand} \
       --bolt-log "$out/share/gateway/bolt.log" \
       --versions ${versions}/versions.json \
       --source ${toolchain.src} \

@@ -1,8 +1,9 @@
 # The fresh profiles (gateway-profile-fresh, gateway-bolt-profile-fresh): a training run
-# (training-run.nix) kept, with the manifest that pins it to the toolchain, the sources,
-# Cargo.lock and shapes it was trained from and the binary it was trained on. Not part of the
-# artifact: only the refresh command builds these, and copies them into profiles/. Every build of
-# one counts a little differently, so these, unlike every stage of the chain, do not rebuild
+# (training-run.nix) kept, with the manifest that keys it (Rust release, rustc, cargo, target,
+# codegen settings) and records the sources, Cargo.lock and shapes it was trained from and the
+# binary it was trained on. The refresh command copies them into profiles/; where no profile is
+# pinned for the build's key, the chain uses them directly (trained in build). Every build of one
+# counts a little differently, so these, and an artifact built from them, do not rebuild
 # bit-identically. An LLVM profile gets its function coverage beside it (`trainer
 # profile-coverage`: the share of the gateway crate's functions reached, and the request-path
 # functions no shape reaches), which the refresh command pins with it. Training waits for the
@@ -18,6 +19,8 @@
   trainer,
   shapes,
   versions,
+  # JSON file of the key's codegen settings (nix/pipeline.nix).
+  codegenKey,
   # Output of the coverage gate (nix/stages/coverage.nix) for `shapes`.
   coverage,
   # BOLT: the PGO stage whose binary `gateway` instruments (the profile belongs to it).
@@ -36,6 +39,7 @@ toolchain.runStage {
       --profile "$out/$fresh_file" \
       --training "$training/manifest.json" \
       --versions ${versions}/versions.json \
+      --codegen ${codegenKey} \
       --system ${toolchain.system} \
       --provider ${toolchain.name} \
       --source ${toolchain.src} \

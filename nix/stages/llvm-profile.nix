@@ -1,38 +1,38 @@
-# Stage 3: the pinned LLVM profile (profiles/<system>/<provider>/llvm, committed) made ready for the PGO
-# build. pinned-verify.nix refuses a profile whose file is not the one its manifest names
-# (corrupt), that was trained for another system or with another rustc or LLVM major, naming the
-# refresh command; llvm-profdata then turns the text form into the indexed profile rustc reads
-# (text -> indexed is deterministic, so this stage rebuilds bit-identically).
+# Stage 3: the LLVM profile made ready for the PGO build: the pinned one
+# (profiles/<target>/rust-<release>/llvm, committed), or where none is pinned the fresh training's
+# (nix/pipeline.nix). pinned-verify.nix refuses a profile whose file is not the one its manifest
+# names (corrupt) or whose key is not this build's (another Rust release, target or codegen
+# settings), naming the refresh command; llvm-profdata then turns the text form into the indexed
+# profile rustc reads (text -> indexed is deterministic, so this stage rebuilds bit-identically).
 {
   toolchain,
-  # The pinned directory (gateway.proftext, manifest.json) as a store path, or null when the
-  # repository has none for this system.
-  pinned,
+  # The profile directory (gateway.proftext, manifest.json) as a store path.
+  profile,
   versions,
+  # JSON file of the key's codegen settings.
+  codegenKey,
   trainer,
   # The command that refreshes the pinned profiles, named in every failure.
   refreshCommand,
 }:
 toolchain.runStage {
   name = "gateway-profile";
-  # A missing pinned directory fails in the snippet; nothing after it may name the path.
   script =
     import ./pinned-verify.nix {
-      inherit toolchain pinned versions trainer refreshCommand;
+      inherit toolchain profile versions codegenKey trainer refreshCommand;
       kind = "llvm";
-      where = "${toolchain.system}/${toolchain.name}/llvm";
     }
-    + (if pinned == null then "" else ''
+    + ''
       mkdir -p "$out"
-      cp ${pinned}/gateway.proftext ${pinned}/manifest.json "$out/"
+      cp ${profile}/gateway.proftext ${profile}/manifest.json "$out/"
       ${toolchain.tools.llvmProfdata} merge --failure-mode=all \
-        -o "$out/gateway.profdata" ${pinned}/gateway.proftext \
-        || fail "llvm-profdata cannot read the pinned profile ${pinned}/gateway.proftext (corrupt?): rewrite it with \`${refreshCommand}\`"
+        -o "$out/gateway.profdata" ${profile}/gateway.proftext \
+        || fail "llvm-profdata cannot read the profile ${profile}/gateway.proftext (corrupt?): rewrite it with \`${refreshCommand}\`"
       ${toolchain.tools.llvmProfdata} show "$out/gateway.profdata" > "$out/summary.txt" \
         || fail "llvm-profdata cannot read back the indexed profile"
       grep -q '^Total functions: [1-9]' "$out/summary.txt" \
-        || fail "the pinned profile has no functions: $(cat "$out/summary.txt")"
+        || fail "the profile has no functions: $(cat "$out/summary.txt")"
       cp ${versions}/versions.json "$out/versions.json"
       cat "$out/summary.txt"
-    '');
+    '';
 }

@@ -1,14 +1,17 @@
-# Stage 4: the gateway rebuilt with the pinned profile, linked with `--emit-relocs` so BOLT can
+# Stage 4: the gateway rebuilt with the LLVM profile, linked with `--emit-relocs` so BOLT can
 # rewrite it. LLVM reports, for the gateway crate and the patched crates of third_party/ (whose
 # lints cargo does not cap), every function whose control-flow hash no longer matches its profile
-# record ("hash mismatch") and, asked to with
-# -pgo-warn-missing-function, every function the profile does not know; a pinned profile trained
-# on these sources has none of either, so any is a stale profile and fails the stage, naming the
-# refresh command. A build that lost its relocations is rejected here, not discovered by BOLT.
+# record ("hash mismatch") and, asked to with -pgo-warn-missing-function, every function the
+# profile does not know. `trainer profile use-diagnostics` fails the stage, naming the refresh
+# command, when a function the profile has counts for changed (a stale profile); a changed
+# function training never ran (a cold edit) is optimized without a profile as before, and a new
+# function is left to the LLVM training check, which fails when training runs it. A build that
+# lost its relocations is rejected here, not discovered by BOLT.
 {
   toolchain,
-  # Output of the pinned LLVM profile stage (gateway.profdata, manifest.json).
+  # Output of the LLVM profile stage (gateway.profdata, gateway.proftext, manifest.json).
   profile,
+  trainer,
   # Linker flag that keeps relocations.
   emitRelocs,
   # The command that refreshes the pinned profiles, named when they are stale.
@@ -30,13 +33,11 @@ toolchain.runStage {
   script = ''
     diagnostics=${build}/share/gateway/pgo-diagnostics.txt
     [ -f "$diagnostics" ] || fail "the PGO build kept no profile-use diagnostics"
-    mismatched=$(grep -c 'hash mismatch' "$diagnostics" || true)
-    unprofiled=$(grep -c 'no profile data available' "$diagnostics" || true)
-    echo "stage $stage: LLVM profile-use diagnostics of the gateway and third_party/ crates: $mismatched hash mismatch(es), $unprofiled function(s) without profile data"
-    if [ "$mismatched" -gt 0 ] || [ "$unprofiled" -gt 0 ]; then
-      head -n 20 "$diagnostics" >&2
-      fail "the pinned LLVM profile is stale: LLVM reports $mismatched function(s) of the gateway or third_party/ crates whose control flow changed since training (hash mismatch) and $unprofiled without profile data; refresh it with \`${refreshCommand}\` and commit profiles/"
-    fi
+    ${trainer}/bin/trainer profile use-diagnostics \
+      --profile ${profile}/gateway.proftext \
+      --diagnostics "$diagnostics" \
+      --refresh-command ${builtins.toJSON refreshCommand} \
+      || fail "LLVM's profile-use diagnostics of the gateway and third_party/ crates refuse the profile (see above)"
     ${toolchain.tools.readelf} -S -W ${build}/bin/gateway > sections.txt \
       || fail "cannot read the ELF sections of the PGO build"
     grep -q ' \.rela\.text ' sections.txt \

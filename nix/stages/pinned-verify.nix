@@ -1,33 +1,32 @@
-# The check both pinned-profile stages start with, as a script snippet: the pinned directory
-# exists, and `trainer profile verify` accepts it (its file is the one its manifest names, for
-# this system and toolchain, and, for BOLT, it belongs to this build's PGO binary); otherwise the
-# stage fails naming the refresh command. Needs the stage prologue's `fail`.
+# The check both profile stages start with, as a script snippet: `trainer profile verify` accepts
+# the profile directory (its file is the one its manifest names, its key is this build's: Rust
+# release, rustc and cargo, target, codegen settings; for BOLT, it fits this build's PGO binary by
+# content), or the stage fails naming the refresh command. The directory is the pinned one, or
+# the fresh training's where none is pinned (nix/pipeline.nix): both are verified alike. Needs the
+# stage prologue's `fail`.
 {
   toolchain,
   # "llvm" or "bolt".
   kind,
-  # The pinned directory as a store path, or null when the repository has none.
-  pinned,
-  # Where under profiles/ it would be, for the message.
-  where,
+  # The profile directory (profile file and manifest.json) as a store path.
+  profile,
   versions,
+  # JSON file of the key's codegen settings (nix/pipeline.nix, `codegenKey`).
+  codegenKey,
   trainer,
   refreshCommand,
-  # BOLT: the PGO stage whose binary the profile must belong to.
-  pgo ? null,
+  # BOLT: shell words naming llvm-bolt's report of reading the profile into the PGO binary and
+  # that binary's symbol table (nix/stages/bolt-profile.nix writes both first).
+  boltReport ? null,
+  boltSymbols ? null,
 }:
-if pinned == null then
-  ''
-    fail "no pinned ${kind} profile at profiles/${where}: create it with \`${refreshCommand}\` and commit profiles/"
-  ''
-else
-  ''
-    ${trainer}/bin/trainer profile verify \
-      --kind ${kind} \
-      --dir ${pinned} \
-      --versions ${versions}/versions.json \
-      --system ${toolchain.system} \
-      ${if pgo == null then "" else "--pgo-binary ${pgo}/bin/gateway"} \
-      --refresh-command ${builtins.toJSON refreshCommand} \
-      || fail "the pinned ${kind} profile was refused (see above)"
-  ''
+''
+  ${trainer}/bin/trainer profile verify \
+    --kind ${kind} \
+    --dir ${profile} \
+    --versions ${versions}/versions.json \
+    --codegen ${codegenKey} \
+    ${if boltReport == null then "" else "--bolt-report ${boltReport} --bolt-symbols ${boltSymbols}"} \
+    --refresh-command ${builtins.toJSON refreshCommand} \
+    || fail "the ${kind} profile was refused (see above)"
+''

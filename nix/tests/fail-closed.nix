@@ -190,8 +190,10 @@ in
   # BOLT 14: the check reads only the version line every LLVM tool prints).
   bolt-too-old = (withTools { llvmBolt = "/usr/lib/llvm-14/bin/llc"; }).versions;
 
-  # No pinned profiles at all: the pinned LLVM profile stage fails, naming the refresh command.
-  pinned-profile-missing = (withPinned { llvm = null; bolt = null; }).gateway-profile;
+  # No pinned profiles: the artifact builds from profiles trained in the build
+  # (nix/tests/profile-fit.nix), but the release check refuses it, naming the refresh command.
+  release-check-trained-in-build =
+    (import ./profile-fit.nix args).chains.trainedInBuild.release-check;
 
   # One byte of the pinned LLVM profile changed: its sha256 no longer matches its manifest.
   pinned-llvm-profile-corrupt = (withEdited {
@@ -210,18 +212,18 @@ in
     edit = "printf 'this is not an llvm profile\\n' > gateway.proftext";
   }).gateway-profile;
 
-  # The pinned LLVM profile's manifest names another rustc.
+  # The pinned LLVM profile's key names another rustc.
   pinned-llvm-profile-other-toolchain = (withEdited {
     name = "llvm-other-toolchain";
     kind = "llvm";
     edit = ''sed -i 's/"rustc": "rustc [^"]*"/"rustc": "rustc 1.94.0 (4a4ef493e 2026-03-02)"/' manifest.json'';
   }).gateway-profile;
 
-  # The pinned LLVM profile was made by another provider's binaries.
-  pinned-llvm-profile-other-provider = (withEdited {
-    name = "llvm-other-provider";
+  # The pinned LLVM profile's key names other codegen settings (a cargo feature).
+  pinned-llvm-profile-other-codegen = (withEdited {
+    name = "llvm-other-codegen";
     kind = "llvm";
-    edit = ''sed -i 's/^  "provider": "[^"]*"/  "provider": "nixpkgs-fenix"/' manifest.json'';
+    edit = ''sed -i 's/"features": \[\]/"features": ["mimalloc"]/' manifest.json'';
   }).gateway-profile;
 
   # The pinned BOLT profile's manifest names another llvm-bolt major.
@@ -238,11 +240,26 @@ in
     edit = "head -c 100001 gateway.fdata > x && mv x gateway.fdata";
   }).gateway-bolt-profile;
 
-  # A pinned BOLT profile of another PGO binary than this build's.
-  pinned-bolt-profile-of-another-binary = (withEdited {
-    name = "bolt-other-binary";
+  # A pinned BOLT profile whose branches of one hot function (the JSON string writer) no longer
+  # fit its code, as after an edit of it: llvm-bolt finds it stale.
+  pinned-bolt-profile-stale-function = (withEdited {
+    name = "bolt-stale-function";
     kind = "bolt";
-    edit = ''sed -i 's/"pgo_binary_sha256": "[0-9a-f]*"/"pgo_binary_sha256": "${builtins.hashString "sha256" "another binary"}"/' manifest.json'';
+    edit = ''
+      awk '$2 ~ /^_ZN7gateway4json9write_str/ { $3 = "fffff"; n++ } { print } END { if (!n) exit 1 }' \
+        gateway.fdata > x || fail "no branch of gateway::json::write_str in the pinned fdata: choose another hot function for this test"
+      mv x gateway.fdata
+    '';
+  }).gateway-bolt-profile;
+
+  # A pinned BOLT profile of a hot function this PGO binary does not have (as after a rename).
+  pinned-bolt-profile-function-missing = (withEdited {
+    name = "bolt-function-missing";
+    kind = "bolt";
+    edit = ''
+      grep -q '_ZN7gateway4json9write_str17' gateway.fdata         || fail "no gateway::json::write_str in the pinned fdata: choose another hot function for this test"
+      sed -i 's/_ZN7gateway4json9write_str17/_ZN7gateway4json9write_str_renamed17/g' gateway.fdata
+    '';
   }).gateway-bolt-profile;
 
   # A stale pinned LLVM profile of the same code: as if no dialect code or serde_json had run

@@ -251,27 +251,35 @@ let
     mkLib = pkgs: mkCraneLib pkgs null;
   };
 
+  # fenix by release only: a toolchain from `fromToolchainName` records the release and the
+  # manifest's sha256 it was asked for. There is no `stable` here, so a provider that took the
+  # toolchain of the fenix revision instead fails to evaluate.
   fakeFenix = {
     packages = genAttrs systems (system: {
-      stable = {
-        withComponents =
-          components:
-          fakeDrv {
-            kind = "fenix-toolchain";
-            name = "rust-stable-with-components";
-            inherit system;
-            recorded = {
-              inherit components;
+      fromToolchainName =
+        { name, sha256 }:
+        {
+          requested = { inherit name sha256; };
+          withComponents =
+            components:
+            fakeDrv {
+              kind = "fenix-toolchain";
+              name = "rust-${name}-with-components";
+              inherit system;
+              recorded = {
+                inherit components name sha256;
+              };
             };
+          llvm-tools = fakeDrv {
+            kind = "fenix-component";
+            name = "llvm-tools-${name}";
+            inherit system;
           };
-        llvm-tools = fakeDrv {
-          kind = "fenix-component";
-          name = "llvm-tools-stable";
-          inherit system;
         };
-      };
     });
   };
+
+  rustRelease = import ../rust-release.nix;
 
   outputs = flake.outputs {
     self = {
@@ -314,23 +322,34 @@ let
       linkerVar = "CARGO_TARGET_${replaceStrings [ "-" ] [ "_" ] (fakeLib.toUpper triple)}_LINKER";
       s = m: "[${system}] ${m}";
 
+      # The pinned profiles of this target and Rust release in the repository: the directory the
+      # offline chain reads too (absent: that profile is trained in the build).
+      where = "profiles/${triple}/rust-${rustRelease.release}";
+      pinnedLlvm = ../../. + "/${where}/llvm";
+      pinnedBolt = ../../. + "/${where}/bolt";
+      pinned = builtins.pathExists pinnedLlvm && builtins.pathExists pinnedBolt;
+      offlinePinned = (import ../offline/default.nix {
+        rustToolchain = "/unused";
+        vendorDir = "/unused";
+        rustRelease = rustRelease.release;
+      }).pinned;
+
       stageNames = [
         "gateway"
         "trainer"
         "gateway-instrumented"
         "gateway-profile"
-        "gateway-training"
         "gateway-pgo"
         "gateway-bolt-instrumented"
         "gateway-bolt-profile"
-        "gateway-bolt-training"
         "gateway-pgo-bolt"
         "gateway-profile-fresh"
         "gateway-bolt-profile-fresh"
         "gateway-coverage"
         "holdout-instructions"
+        "release-check"
         "versions"
-      ];
+      ] ++ (if pinned then [ "gateway-training" "gateway-bolt-training" ] else [ ]);
 
       builds = [
         P.gateway
@@ -343,10 +362,6 @@ let
       profileUse = "-Cprofile-use=${P.gateway-profile}/gateway.profdata";
       pgoBuilds = filter (p: hasInfix profileUse (readFile p)) (depsOf P.gateway-pgo);
       pgoBuild = head pgoBuilds;
-
-      # The pinned profiles of this system in the repository (absent ones are null).
-      pinnedLlvm = ../../profiles + "/${system}/nixpkgs-fenix/llvm";
-      pinnedBolt = ../../profiles + "/${system}/nixpkgs-fenix/bolt";
 
       # Every stage script that runs a tool must name it by the provider's store path.
       scriptOf = d: d.args.script or "";
@@ -437,37 +452,64 @@ let
           "llvm-tools"
         ]
       ))
-
-      # The stage chain: pinned profiles consumed, training stages as checks.
-      (check (s "gateway-profile reads profiles/${system}/nixpkgs-fenix/llvm (by store path) and runs trainer profile verify") (
-        if builtins.pathExists pinnedLlvm then
-          hasInfix (builtins.path { name = "pinned-profile"; path = pinnedLlvm; }) (scriptOf P.gateway-profile)
-          && hasInfix "/bin/trainer profile verify" (scriptOf P.gateway-profile)
-          && hasInfix "--kind llvm" (scriptOf P.gateway-profile)
-          && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
-        else
-          hasInfix "no pinned llvm profile at profiles/${system}/nixpkgs-fenix/llvm" (scriptOf P.gateway-profile)
-          && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-profile)
+      (check (s "the flake's Rust is release ${rustRelease.release} by fromToolchainName with nix/rust-release.nix's manifest sha256, the release the pinned profiles are keyed by") (
+        let
+          t = P.gateway.args.toolchain;
+        in
+        t.args.name == rustRelease.release
+        && t.args.sha256 == rustRelease.manifestSha256
+        && tc.rustRelease == rustRelease.release
+        && hasInfix "release = rustRelease" (readFile ../toolchains/nixpkgs.nix)
+        && hasInfix "declares Rust ${rustRelease.release}" (scriptOf P.versions)
       ))
-      (check (s "gateway-bolt-profile: profiles/${system}/nixpkgs-fenix/bolt verified against gateway-pgo's binary, or fails naming the refresh app") (
-        if builtins.pathExists pinnedBolt then
-          hasInfix "--pgo-binary ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile)
+
+      # The stage chain: the profiles shared with the offline chain, keyed by target and release.
+      (check (s "the flake reads the profile directory the offline chain reads: ${where}") (
+        P.pinned.where == where
+        && (if system == "x86_64-linux" then
+          P.pinned.where == offlinePinned.where
+          && toString P.pinned.llvm == toString offlinePinned.llvm
+          && toString P.pinned.bolt == toString offlinePinned.bolt
+        else true)
+      ))
+      (check (s "gateway-profile reads ${where}/llvm by store path (or, with none pinned, gateway-profile-fresh) and runs trainer profile verify with the codegen key") (
+        hasInfix "/bin/trainer profile verify" (scriptOf P.gateway-profile)
+        && hasInfix "--kind llvm" (scriptOf P.gateway-profile)
+        && hasInfix "--codegen ${P.codegenKey}" (scriptOf P.gateway-profile)
+        && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
+        && (if pinned then
+          P.pinned.llvm != null
+          && hasInfix (toString P.pinned.llvm) (scriptOf P.gateway-profile)
+          && !(consumes P.gateway-profile P.gateway-profile-fresh)
         else
-          hasInfix "no pinned bolt profile at profiles/${system}/nixpkgs-fenix/bolt" (scriptOf P.gateway-bolt-profile)
-          && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-bolt-profile)
+          consumes P.gateway-profile P.gateway-profile-fresh)
+      ))
+      (check (s "gateway-bolt-profile: the BOLT profile checked by content against gateway-pgo's binary (llvm-bolt -report-stale, its symbol table)") (
+        hasInfix "${tools.llvmBolt} ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile)
+        && hasInfix "-report-stale" (scriptOf P.gateway-bolt-profile)
+        && hasInfix "${tools.readelf} -s -W ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile)
+        && hasInfix "--bolt-report" (scriptOf P.gateway-bolt-profile)
+        && !(hasInfix "--pgo-binary" (scriptOf P.gateway-bolt-profile))
+        && (if pinned then
+          P.pinned.bolt != null
+          && hasInfix (toString P.pinned.bolt) (scriptOf P.gateway-bolt-profile)
+        else
+          consumes P.gateway-bolt-profile P.gateway-bolt-profile-fresh)
       ))
       (check (s "gateway-pgo consumes a build with -Cprofile-use=<gateway-profile>/gateway.profdata that keeps its PGO diagnostics") (
         length pgoBuilds == 1
         && hasInfix "-pgo-warn-missing-function" (readFile pgoBuild)
         && hasInfix "pgo-diagnostics.txt" (readFile pgoBuild)
         && hasInfix "json-render-diagnostics" (readFile pgoBuild)
-        && hasInfix "hash mismatch" (scriptOf P.gateway-pgo)
+        && hasInfix "/bin/trainer profile use-diagnostics" (scriptOf P.gateway-pgo)
         && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-pgo)
       ))
       (check (s "the PGO stage does not wait for a training run (gateway-pgo does not consume gateway-training)") (
-        !(consumes P.gateway-pgo P.gateway-training) && !(consumes P.gateway-pgo P.gateway-instrumented)
+        (P.gateway-training == null || !(consumes P.gateway-pgo P.gateway-training))
+        && !(consumes P.gateway-pgo P.gateway-instrumented)
       ))
-      (check (s "gateway-training: trains gateway-instrumented, checks against gateway-profile, names the refresh app") (
+      (check (s "gateway-training: trains gateway-instrumented, checks against gateway-profile, names the refresh app (none where the profile is trained in the build)") (
+        if !pinned then P.gateway-training == null && P.gateway-bolt-training == null else
         consumes P.gateway-training P.gateway-instrumented
         && consumes P.gateway-training P.trainer
         && consumes P.gateway-training P.gateway-profile
@@ -482,30 +524,41 @@ let
         && !(hasInfix "NIX_BUILD_TOP" (scriptOf P.gateway-bolt-instrumented))
       ))
       (check (s "gateway-bolt-training: trains gateway-bolt-instrumented, checks against gateway-bolt-profile") (
+        !pinned ||
         consumes P.gateway-bolt-training P.gateway-bolt-instrumented
         && consumes P.gateway-bolt-training P.trainer
         && consumes P.gateway-bolt-training P.gateway-bolt-profile
         && hasInfix "/bin/trainer profile check" (scriptOf P.gateway-bolt-training)
         && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
       ))
-      (check (s "gateway-pgo-bolt consumes gateway-pgo, both pinned profiles, both training checks, trainer, versions") (
+      (check (s "gateway-pgo-bolt consumes gateway-pgo, both profiles, the training checks of pinned ones (or says trained in build), trainer, versions") (
         consumes P.gateway-pgo-bolt P.gateway-pgo
         && consumes P.gateway-pgo-bolt P.gateway-profile
         && consumes P.gateway-pgo-bolt P.gateway-bolt-profile
-        && consumes P.gateway-pgo-bolt P.gateway-training
-        && consumes P.gateway-pgo-bolt P.gateway-bolt-training
         && consumes P.gateway-pgo-bolt P.trainer
         && consumes P.gateway-pgo-bolt P.versions
-        && hasInfix "--llvm-check ${P.gateway-training}/verdict.json" (scriptOf P.gateway-pgo-bolt)
+        && hasInfix "--refresh-command \"nix run .#refresh-profiles\"" (scriptOf P.gateway-pgo-bolt)
+        && (if pinned then
+          consumes P.gateway-pgo-bolt P.gateway-training
+          && consumes P.gateway-pgo-bolt P.gateway-bolt-training
+          && hasInfix "--llvm-check ${P.gateway-training}/verdict.json" (scriptOf P.gateway-pgo-bolt)
+        else
+          hasInfix "--llvm-trained-in-build \"no pinned llvm profile at ${where}/llvm\"" (scriptOf P.gateway-pgo-bolt)
+          && hasInfix "--bolt-trained-in-build \"no pinned bolt profile at ${where}/bolt\"" (scriptOf P.gateway-pgo-bolt))
       ))
-      (check (s "fresh profiles: gateway-profile-fresh trains gateway-instrumented, gateway-bolt-profile-fresh gateway-bolt-instrumented; neither is in the artifact") (
+      (check (s "fresh profiles: gateway-profile-fresh trains gateway-instrumented, gateway-bolt-profile-fresh gateway-bolt-instrumented; in the artifact only where none is pinned") (
         consumes P.gateway-profile-fresh P.gateway-instrumented
         && consumes P.gateway-bolt-profile-fresh P.gateway-bolt-instrumented
         && hasInfix "/bin/trainer profile manifest" (scriptOf P.gateway-profile-fresh)
+        && hasInfix "--codegen ${P.codegenKey}" (scriptOf P.gateway-profile-fresh)
         && hasInfix "--pgo-binary ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile-fresh)
-        && !(consumes P.gateway-pgo-bolt P.gateway-profile-fresh)
-        && !(consumes P.gateway-pgo-bolt P.gateway-bolt-profile-fresh)
+        && (pinned == !(consumes P.gateway-profile P.gateway-profile-fresh))
+        && (pinned == !(consumes P.gateway-bolt-profile P.gateway-bolt-profile-fresh))
         && !(elem "gateway-profile-fresh" (attrNames outputs.hydraJobs.packages.${system}))
+      ))
+      (check (s "hydraJobs.release: the release check, trainer verify-proof --require-pinned on gateway-pgo-bolt") (
+        outputs.hydraJobs.release.${system}.drvPath == P.release-check.drvPath
+        && hasInfix "/bin/trainer verify-proof --require-pinned ${P.gateway-pgo-bolt}" (scriptOf P.release-check)
       ))
       (check (s "gateway-coverage runs trainer coverage on the instrumented gateway; the artifact and both fresh profiles depend on it") (
         hasInfix "/bin/trainer coverage" (scriptOf P.gateway-coverage)
@@ -536,7 +589,8 @@ let
         in
         B.gateway-coverage.drvPath == P.gateway-coverage.drvPath
         && hasInfix "--shapes ${P.boardOnlyShapes}" (scriptOf B.gateway-profile-fresh)
-        && hasInfix (toString B.gateway-profile-fresh) (scriptOf B.gateway-profile)
+        && consumes B.gateway-profile B.gateway-profile-fresh
+        && B.gateway-training == null
         && !(consumes P.gateway-pgo-bolt B.gateway-profile-fresh)
       ))
       (check (s "apps.refresh-profiles builds both fresh profiles and pins them with trainer profile pin") (
@@ -564,21 +618,25 @@ let
           tools.boltRuntimeLib
           tools.redisServer
         ]
-        && tools.llvmProfdata == "${fakeFenix.packages.${system}.stable.llvm-tools}/lib/rustlib/${triple}/bin/llvm-profdata"
+        && tools.llvmProfdata == "${(fakeFenix.packages.${system}.fromToolchainName { name = rustRelease.release; sha256 = rustRelease.manifestSha256; }).llvm-tools}/lib/rustlib/${triple}/bin/llvm-profdata"
         && tools.redisServer == "${fakeNixpkgs.legacyPackages.${system}.redis}/bin/redis-server"
         && tools.llvmBolt == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/llvm-bolt"
         && tools.mergeFdata == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/merge-fdata"
         && tools.boltRuntimeLib == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/lib/libbolt_rt_instr.a"
       ))
       (check (s "stages run the tools by those paths (profdata in the training runs, bolt + runtime, merge-fdata, redis-server)") (
-        hasInfix tools.llvmProfdata (scriptOf P.gateway-training)
-        && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile-fresh)
+        hasInfix tools.llvmProfdata (scriptOf P.gateway-profile-fresh)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-bolt-instrumented)
         && hasInfix tools.boltRuntimeLib (scriptOf P.gateway-bolt-instrumented)
-        && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
+        && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-profile-fresh)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-pgo-bolt)
-        && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-training)
-        && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-training)
+        && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-profile-fresh)
+        && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-profile-fresh)
+        && (!pinned || (
+          hasInfix tools.llvmProfdata (scriptOf P.gateway-training)
+          && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
+          && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-training)
+          && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-training)))
       ))
       (check (s "versions checks every tool, the LLVM majors and the linker") (
         all (t: hasInfix t (scriptOf P.versions)) [
@@ -656,9 +714,10 @@ let
         && d.args.LLVM_PROFDATA == tools.llvmProfdata
       ))
       (check (s "formatter") (outputs.formatter.${system}.kind == "package"))
-      (check (s "hydraJobs: packages and checks") (
+      (check (s "hydraJobs: packages, checks and the release check") (
         attrNames outputs.hydraJobs.packages.${system} == attrNames pkgs
         && attrNames outputs.hydraJobs.checks.${system} == attrNames checks
+        && hasAttr system outputs.hydraJobs.release
       ))
     ];
 

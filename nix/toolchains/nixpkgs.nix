@@ -1,7 +1,9 @@
 # The nixpkgs toolchain provider (nix/README.md's interface) for the flake:
 #
-#   Rust      fenix `stable` of the pinned fenix revision (rustc 1.95.0, LLVM 22), components
-#             cargo, rustc, rust-std, llvm-tools, clippy, rustfmt
+#   Rust      the release of nix/rust-release.nix from fenix (`fromToolchainName`, its channel
+#             manifest checked by sha256: rustc 1.95.0, LLVM 22), components cargo, rustc,
+#             rust-std, llvm-tools, clippy, rustfmt; pinned by release, not by the fenix revision,
+#             so `nix flake update` cannot move it away from the pinned profiles
 #   builds    crane: one `buildDepsOnly` per distinct (package, RUSTFLAGS), reused by a `buildPackage`
 #             with the very same RUSTFLAGS, `--target`, linker and cargo arguments
 #   profdata  `llvm-profdata` of fenix's llvm-tools component: the LLVM rustc itself was built with
@@ -26,8 +28,10 @@
   pkgs,
   # The crane flake input (provides `mkLib`).
   crane,
-  # The fenix flake input (provides `packages.<system>.stable`).
+  # The fenix flake input (provides `packages.<system>.fromToolchainName`).
   fenix,
+  # The Rust release and its channel manifest's sha256 (nix/rust-release.nix).
+  rustRelease ? import ../rust-release.nix,
   # The repository root; cleaned to the Cargo sources here.
   src,
   system ? pkgs.stdenv.hostPlatform.system,
@@ -48,7 +52,12 @@ let
   # Shell-style name of the target for cargo's environment variables.
   targetEnv = builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper target);
 
-  channel = fenix.packages.${system}.stable;
+  # The channel manifest of exactly this release, fetched and checked by its sha256 (an
+  # import-from-derivation: the manifest names every component's tarball and hash).
+  channel = fenix.packages.${system}.fromToolchainName {
+    name = rustRelease.release;
+    sha256 = rustRelease.manifestSha256;
+  };
 
   rustToolchain = channel.withComponents [
     "cargo"
@@ -229,7 +238,12 @@ let
   versions = pkgs.runCommandCC "toolchain-versions" linkerEnv (
     prologue "toolchain"
     + ''
-      ${versionChecks { rustc = "${rustToolchain}/bin/rustc"; inherit tools; }}
+      ${versionChecks {
+        rustc = "${rustToolchain}/bin/rustc";
+        cargo = "${rustToolchain}/bin/cargo";
+        release = rustRelease.release;
+        inherit tools target;
+      }}
       [ "''${rustc_llvm%%.*}" = "${llvmMajor}" ] \
         || fail "rustc uses LLVM $rustc_llvm but this provider pins llvmPackages_${llvmMajor}"
 
@@ -251,8 +265,7 @@ let
       ./probe | grep -q 'linker probe' || fail "the linker probe does not run"
 
       mkdir -p "$out"
-      printf '{"rustc":"%s","rustc_llvm":"%s","llvm_profdata":"%s","llvm_bolt":"%s","provider":"nixpkgs-fenix"}\n' \
-        "$rustc_line" "$rustc_llvm" "$profdata_llvm" "$bolt_llvm" > "$out/versions.json"
+      write_versions nixpkgs-fenix "$out/versions.json"
       printf 'GNU ld via %s (RUSTFLAGS linker part: "%s"); interpreter %s\n' \
         "$CARGO_TARGET_${targetEnv}_LINKER" "${linkerRustflags}" "$interp" > "$out/linker.txt"
       cat "$out/versions.json" "$out/linker.txt"
@@ -263,6 +276,7 @@ in
   name = "nixpkgs-fenix";
   # The cargo workspace source every build compiles.
   src = cargoSrc;
+  rustRelease = rustRelease.release;
   inherit
     system
     target

@@ -6,6 +6,9 @@
   # Absolute path of the rustup toolchain directory (holds bin/rustc and bin/cargo, the real
   # binaries, not rustup's proxies).
   rustToolchain,
+  # The Rust release of that toolchain ("1.95.0"): the pinned profiles are looked up by it, and
+  # the `versions` stage fails when rustc reports another.
+  rustRelease,
   # `cargo vendor` output for Cargo.lock; the only crate source the sandbox gets.
   vendor,
   # The cargo workspace source (Cargo.toml, Cargo.lock and the member crates).
@@ -103,15 +106,19 @@ let
   versions = runStage {
     name = "toolchain-versions";
     script = ''
-      ${versionChecks { rustc = "${rustToolchain}/bin/rustc"; inherit tools; }}
+      ${versionChecks {
+        rustc = "${rustToolchain}/bin/rustc";
+        cargo = "${rustToolchain}/bin/cargo";
+        release = rustRelease;
+        inherit tools target;
+      }}
       mkdir -p "$out"
-      printf '{"rustc":"%s","rustc_llvm":"%s","llvm_profdata":"%s","llvm_bolt":"%s","provider":"offline-debian"}\n' \
-        "$rustc_line" "$rustc_llvm" "$profdata_llvm" "$bolt_llvm" > "$out/versions.json"
+      write_versions offline-debian "$out/versions.json"
       cat "$out/versions.json"
     '';
   };
 in
 {
   name = "offline-debian";
-  inherit system target src runStage buildPackage tools versions;
+  inherit system target rustRelease src runStage buildPackage tools versions;
 }

@@ -6,6 +6,13 @@ import subprocess
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = ROOT / "nix" / "offline" / "build"
 
+# The pinned profiles of the offline chain's key: target and Rust release (nix/rust-release.nix).
+RUST_RELEASE = subprocess.run(
+    ["nix-instantiate", "--eval", "--expr", "(import ./nix/rust-release.nix).release"],
+    cwd=ROOT, check=True, capture_output=True, text=True,
+).stdout.strip().strip('"')
+PINNED = ROOT / "profiles" / "x86_64-unknown-linux-gnu" / f"rust-{RUST_RELEASE}"
+
 
 def offline_build(*args, check=True, timeout=3600):
     """Run nix/offline/build with ARGS; return the completed process (stdout+stderr merged)."""

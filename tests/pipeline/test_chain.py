@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from nixchain import ROOT, offline_build
+from nixchain import PINNED, ROOT, offline_build
 
 STAGES = [
     "toolchain-versions",
@@ -46,15 +46,19 @@ def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
     assert proof["bolt"]["functions_with_profile"] > 0
     assert proof["holdout"] not in proof["pgo"]["shapes_trained"]
     assert proof["toolchain"]["rustc_llvm"].split(".")[0] == proof["toolchain"]["llvm_profdata"].split(".")[0]
-    # Provenance: the committed profiles, vouched for by this build's freshness checks.
+    # Provenance: the committed profiles of this key, vouched for by this build's freshness checks.
     profiles = proof["profiles"]
     assert profiles["provenance"] == "pinned"
+    assert profiles["refresh_command"] == "nix/offline/refresh-profiles"
     for kind in ["llvm", "bolt"]:
-        manifest = json.loads((ROOT / "profiles" / "x86_64-linux" / "offline-debian" / kind / "manifest.json").read_text())
+        manifest = json.loads((PINNED / kind / "manifest.json").read_text())
+        assert profiles[kind]["provenance"] == "pinned"
         assert profiles[kind]["sha256"] == manifest["sha256"], kind
         assert profiles[kind]["trained_on_source_sha256"] == manifest["trained_on"]["source_sha256"]
         assert profiles[kind]["freshness_check"] == "fresh"
-    subprocess.run([str(trainer_bin), "verify-proof", str(proof_path)], check=True)
+        assert manifest["key"]["rust_release"] == proof["toolchain"]["rust_release"]
+        assert manifest["key"]["target"] == "x86_64-unknown-linux-gnu"
+    subprocess.run([str(trainer_bin), "verify-proof", "--require-pinned", str(proof_path)], check=True)
 
 
 def free_port():

@@ -1,10 +1,18 @@
 //! `trainer profile`: pinned profiles (`profiles/`, `docs/contracts.md` "Pinned profiles").
 //!
-//! - `manifest` writes the manifest of a freshly trained profile: the toolchain, digests of the
-//!   sources, Cargo.lock and shapes it was trained from, the binary it was trained on, counts.
+//! A profile is keyed by what determines it (`build_key`): the Rust release (`rustc -vV` without its
+//! host line, `cargo -V`), the target, and the settings that change generated code (the cargo
+//! profile, features, code-changing RUSTFLAGS). Link-only and remap flags, the build and vendor
+//! directories and the toolchain provider are not part of it: the same release gives the same
+//! function names and control-flow hashes whoever invokes cargo (docs/flake.md, "One profile set
+//! per Rust release"). So both providers of one target read one profile.
+//!
+//! - `manifest` writes the manifest of a freshly trained profile: its key, digests of the
+//!   sources, Cargo.lock and shapes it was trained from, the binaries it was trained on, counts.
 //! - `verify` is what a pinned-profile stage runs before anything consumes the profile: the file
-//!   is the one its manifest names (not corrupt), for this system and toolchain, and a BOLT profile
-//!   belongs to the PGO binary about to be optimized.
+//!   is the one its manifest names (not corrupt), its key is this build's, and a BOLT profile
+//!   applies to the PGO binary about to be optimized: llvm-bolt, reading it, found none of the
+//!   functions it profiles stale or missing (`bolt_fit`).
 //! - `check` is the freshness gate of the training checks: a fresh training's profile against the
 //!   pinned one; writes a verdict that is a function of the pinned profile alone.
 //! - `compare` prints how two profiles differ.
@@ -46,8 +54,23 @@ pub enum ProfileCommand {
     Check(CheckArgs),
     /// Print how TEST differs from BASE (overlap, changed functions, largest moves).
     Compare(CompareArgs),
+    /// The PGO build's profile-use warnings against the profile it read: fail on a function
+    /// the profile has counts for whose control flow changed.
+    UseDiagnostics(UseDiagnosticsArgs),
     /// Copy a fresh profile into profiles/, recording the profile it replaces.
     Pin(PinArgs),
+}
+
+/// Where the key's codegen part comes from: a JSON object the pipeline writes
+/// (`nix/pipeline.nix`, `codegenKey`), so that nothing here guesses which flags change code.
+#[derive(clap::Args, Debug, Clone)]
+pub struct KeyArgs {
+    /// versions.json of the toolchain stage (Rust release, rustc, cargo, target, LLVM tools).
+    #[arg(long)]
+    pub versions: PathBuf,
+    /// The codegen settings of the key: cargo profile, features, code-changing RUSTFLAGS (JSON).
+    #[arg(long)]
+    pub codegen: PathBuf,
 }
 
 #[derive(clap::Args, Debug)]
@@ -60,13 +83,13 @@ pub struct ManifestArgs {
     /// manifest.json of the `trainer train` run that produced it.
     #[arg(long)]
     pub training: PathBuf,
-    /// versions.json of the toolchain stage.
-    #[arg(long)]
-    pub versions: PathBuf,
-    /// Nix system the profile was trained on (x86_64-linux).
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Nix system the profile was trained on (x86_64-linux): recorded, not part of the key.
     #[arg(long)]
     pub system: String,
-    /// Toolchain provider (offline-debian, nixpkgs-fenix).
+    /// Toolchain provider that trained it (offline-debian, nixpkgs-fenix): recorded, not part of
+    /// the key.
     #[arg(long)]
     pub provider: String,
     /// The cargo workspace source the binaries were built from.
@@ -92,13 +115,15 @@ pub struct VerifyArgs {
     /// The pinned directory: the profile file and manifest.json.
     #[arg(long)]
     pub dir: PathBuf,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// BOLT: what llvm-bolt printed reading the profile into the PGO binary about to be
+    /// optimized, with `-report-stale` (nix/stages/bolt-profile.nix).
     #[arg(long)]
-    pub versions: PathBuf,
+    pub bolt_report: Option<PathBuf>,
+    /// BOLT: `llvm-readelf -s -W` of that PGO binary.
     #[arg(long)]
-    pub system: String,
-    /// BOLT: the PGO binary about to be optimized.
-    #[arg(long)]
-    pub pgo_binary: Option<PathBuf>,
+    pub bolt_symbols: Option<PathBuf>,
     /// The command that refreshes the pinned profiles, named in every failure.
     #[arg(long)]
     pub refresh_command: String,
@@ -139,6 +164,19 @@ pub struct CompareArgs {
 }
 
 #[derive(clap::Args, Debug)]
+pub struct UseDiagnosticsArgs {
+    /// The LLVM profile the PGO build read, in text form (gateway.proftext).
+    #[arg(long)]
+    pub profile: PathBuf,
+    /// The build's kept warnings (pgo-diagnostics.txt: "hash mismatch" and "no profile data
+    /// available for function" lines).
+    #[arg(long)]
+    pub diagnostics: PathBuf,
+    #[arg(long)]
+    pub refresh_command: String,
+}
+
+#[derive(clap::Args, Debug)]
 pub struct PinArgs {
     /// Output of gateway-profile-fresh or gateway-bolt-profile-fresh.
     #[arg(long)]
@@ -154,6 +192,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
         ProfileCommand::Verify(a) => verify(&a).map(|_| ()),
         ProfileCommand::Check(a) => check(&a),
         ProfileCommand::Compare(a) => compare_cli(&a),
+        ProfileCommand::UseDiagnostics(a) => use_diagnostics(&a),
         ProfileCommand::Pin(a) => pin(&a),
     }
 }
@@ -225,10 +264,90 @@ fn write_json(path: &Path, v: &Value) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// The fields of versions.json that enter the key: the Rust release, what identifies its build
+/// (`rustc -vV` without its host line, `cargo -V`), and the target. The LLVM tools' versions do
+/// not: they read and write profiles, they do not make the code profiled (verify checks their
+/// majors separately).
+const KEY_TOOLCHAIN_FIELDS: &[&str] = &[
+    "rust_release",
+    "rustc",
+    "rustc_commit_hash",
+    "rustc_llvm",
+    "cargo",
+    "target",
+];
+
+/// This build's key: the toolchain part of versions.json and the codegen settings.
+pub fn build_key(k: &KeyArgs) -> Result<Value> {
+    let versions = read_json(&k.versions, "toolchain versions")?;
+    let codegen = read_json(&k.codegen, "codegen key")?;
+    let mut key = serde_json::Map::new();
+    for field in KEY_TOOLCHAIN_FIELDS {
+        let v = str_at(&versions, &[field])
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                anyhow!(
+                    "the toolchain versions {} lack {field:?}",
+                    k.versions.display()
+                )
+            })?;
+        key.insert(field.to_string(), json!(v));
+    }
+    if !codegen.is_object() {
+        bail!(
+            "the codegen key {} is not a JSON object",
+            k.codegen.display()
+        );
+    }
+    key.insert("codegen".into(), codegen);
+    Ok(Value::Object(key))
+}
+
+/// Where the profiles of a key are pinned under profiles/: `<target>/rust-<release>/<kind>`.
+pub fn pinned_subdir(kind: Kind, key: &Value) -> Result<PathBuf> {
+    let target = str_at(key, &["target"]).filter(|t| !t.is_empty());
+    let release = str_at(key, &["rust_release"]).filter(|r| !r.is_empty());
+    match (target, release) {
+        (Some(t), Some(r)) => Ok(Path::new(t).join(format!("rust-{r}")).join(kind.name())),
+        _ => bail!("the profile key names no target or Rust release: {key}"),
+    }
+}
+
+/// The fields in which two keys differ, each as `field: pinned -> this build`.
+fn key_differences(pinned: &Value, this: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let fields = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let mut names = fields(pinned);
+    names.extend(fields(this));
+    names.sort();
+    names.dedup();
+    for name in names {
+        let (a, b) = (&pinned[&name], &this[&name]);
+        if a == b {
+            continue;
+        }
+        if a.is_object() && b.is_object() {
+            out.extend(
+                key_differences(a, b)
+                    .into_iter()
+                    .map(|d| format!("{name}.{d}")),
+            );
+        } else {
+            out.push(format!("{name}: {a} -> {b}"));
+        }
+    }
+    out
+}
+
 fn write_manifest(a: &ManifestArgs) -> Result<()> {
     let profile = Profile::read(a.kind, &a.profile)?;
     let training = read_json(&a.training, "training manifest")?;
-    let versions = read_json(&a.versions, "toolchain versions")?;
+    let versions = read_json(&a.key.versions, "toolchain versions")?;
+    let key = build_key(&a.key)?;
     if training.get("profile_kind").and_then(Value::as_str) != Some(a.kind.name()) {
         bail!(
             "profile manifest: the training manifest is not of a {} training",
@@ -253,11 +372,12 @@ fn write_manifest(a: &ManifestArgs) -> Result<()> {
     }
     let bytes = std::fs::metadata(&a.profile)?.len();
     let manifest = json!({
-        "schema": 1,
+        "schema": MANIFEST_SCHEMA,
         "kind": a.kind.name(),
         "file": file_name(a.kind),
         "sha256": sha256_file(&a.profile)?,
         "bytes": bytes,
+        "key": key,
         "system": a.system,
         "provider": a.provider,
         "toolchain": versions,
@@ -278,6 +398,10 @@ fn write_manifest(a: &ManifestArgs) -> Result<()> {
     write_json(&a.out, &manifest)
 }
 
+/// Schema of the manifests `manifest` writes: 2 keys a profile by `build_key`; 1 (by provider) is
+/// refused, naming the refresh command.
+const MANIFEST_SCHEMA: u64 = 2;
+
 fn str_at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(v, |v, k| v.get(*k))?.as_str()
 }
@@ -293,9 +417,8 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
     let manifest_path = a.dir.join("manifest.json");
     if !a.dir.is_dir() {
         bail!(
-            "no pinned {kind} profile at {} (for {}): create it with `{refresh}`",
+            "no pinned {kind} profile at {}: create it with `{refresh}`",
             a.dir.display(),
-            a.system
         );
     }
     let m = read_json(&manifest_path, "pinned profile manifest").map_err(|e| {
@@ -304,11 +427,19 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
     let corrupt = |why: String| {
         anyhow!("the pinned {kind} profile is corrupt: {why}; rewrite it with `{refresh}`")
     };
-    if m.get("schema").and_then(Value::as_u64) != Some(1) || str_at(&m, &["kind"]) != Some(kind) {
+    if str_at(&m, &["kind"]) != Some(kind) {
         return Err(corrupt(format!(
-            "{} is not a schema-1 {kind} manifest",
+            "{} is not a {kind} manifest",
             manifest_path.display()
         )));
+    }
+    let schema = m.get("schema").and_then(Value::as_u64);
+    if schema != Some(MANIFEST_SCHEMA) {
+        bail!(
+            "the pinned {kind} profile's manifest {} is of schema {}, not {MANIFEST_SCHEMA} (profiles keyed by Rust release, target and codegen settings): rewrite it with `{refresh}`",
+            manifest_path.display(),
+            schema.map_or("?".into(), |s| s.to_string())
+        );
     }
     let file = a.dir.join(file_name(a.kind));
     let want = str_at(&m, &["sha256"]).unwrap_or("");
@@ -319,64 +450,211 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
             file.display()
         )));
     }
-    let system = str_at(&m, &["system"]).unwrap_or("");
-    if system != a.system {
+    let this_key = build_key(&a.key)?;
+    let differences = key_differences(&m["key"], &this_key);
+    if !differences.is_empty() {
         bail!(
-            "the pinned {kind} profile was trained on {system}, this build is for {}: create one for {} with `{refresh}`",
-            a.system,
-            a.system
+            "the pinned {kind} profile was trained for another key than this build's ({}): refresh it with `{refresh}`",
+            differences.join("; ")
         );
     }
-    let versions = read_json(&a.versions, "toolchain versions")?;
+    let versions = read_json(&a.key.versions, "toolchain versions")?;
     let tool = match a.kind {
         Kind::Llvm => "llvm_profdata",
         Kind::Bolt => "llvm_bolt",
     };
-    let pinned_rustc = str_at(&m, &["toolchain", "rustc"]).unwrap_or("");
-    let rustc = str_at(&versions, &["rustc"]).unwrap_or("");
     let pinned_tool = str_at(&m, &["toolchain", tool]);
     let this_tool = str_at(&versions, &[tool]);
-    let (pinned_provider, provider) = (
-        str_at(&m, &["provider"]).unwrap_or(""),
-        str_at(&versions, &["provider"]).unwrap_or(""),
-    );
-    if pinned_provider != provider {
+    if major(pinned_tool) != major(this_tool) {
         bail!(
-            "the pinned {kind} profile belongs to the binaries of provider {pinned_provider:?}, this build's provider is {provider:?}: create one for it with `{refresh}`"
-        );
-    }
-    if pinned_rustc != rustc || major(pinned_tool) != major(this_tool) {
-        bail!(
-            "the pinned {kind} profile was trained with another toolchain ({pinned_rustc}, {tool} {}) than this build's ({rustc}, {tool} {}): refresh it with `{refresh}`",
+            "the pinned {kind} profile was written by {tool} {} and this build reads it with {tool} {}, another major: refresh it with `{refresh}`",
             pinned_tool.unwrap_or("?"),
             this_tool.unwrap_or("?")
         );
     }
-    if a.kind == Kind::Bolt {
-        let pgo = a
-            .pgo_binary
+    let profile = Profile::read(a.kind, &file).map_err(|e| corrupt(format!("{e:#}")))?;
+    let fit = if a.kind == Kind::Bolt {
+        let report = a
+            .bolt_report
             .as_ref()
-            .context("verify: a BOLT profile is verified against --pgo-binary")?;
-        let belongs = str_at(&m, &["trained_on", "pgo_binary_sha256"]).unwrap_or("");
-        let this = sha256_file(pgo)?;
-        if belongs != this {
+            .context("verify: a BOLT profile is verified against --bolt-report")?;
+        let symbols = a
+            .bolt_symbols
+            .as_ref()
+            .context("verify: a BOLT profile is verified against --bolt-symbols")?;
+        let read = |p: &Path, what: &str| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {what} {}", p.display()))
+        };
+        let fit = bolt_fit(
+            &profile,
+            &read(report, "the llvm-bolt report")?,
+            &read(symbols, "the PGO binary's symbol table")?,
+        )?;
+        if !fit.stale.is_empty() || !fit.missing.is_empty() {
             bail!(
-                "the pinned BOLT profile is stale: it belongs to the PGO binary with sha256 {belongs}, this build's PGO binary {} has sha256 {this}: refresh it with `{refresh}`",
-                pgo.display()
+                "the pinned BOLT profile is stale: {}; refresh it with `{refresh}`",
+                fit.describe()
             );
         }
-    }
-    Profile::read(a.kind, &file).map_err(|e| corrupt(format!("{e:#}")))?;
+        format!(", {}", fit.describe())
+    } else {
+        String::new()
+    };
     eprintln!(
-        "pinned {kind} profile {} verified: sha256 {got}, {system}, {rustc}{}",
+        "pinned {kind} profile {} verified: sha256 {got}, key {}{fit}",
         file.display(),
-        if a.kind == Kind::Bolt {
-            ", belongs to this PGO binary"
-        } else {
-            ""
-        }
+        pinned_subdir(a.kind, &this_key)?.display(),
     );
     Ok(m)
+}
+
+/// Functions of a BOLT profile that may find no function in a PGO binary without making it
+/// stale: the C runtime's and the compiler builtins' own code, which the link environment brings
+/// (another crt or libgcc, or a linker that leaves them global instead of local) and the
+/// gateway's source does not decide. Measured: GNU ld leaves `_init`, `_fini`, `__udivti3` and
+/// `ceil` global where rust-lld makes them local (172 of 597.7M counts; docs/flake.md).
+pub const BOLT_MAY_MISS: &[&str] = &[
+    "_init",
+    "_fini",
+    "_start",
+    "frame_dummy",
+    "register_tm_clones",
+    "deregister_tm_clones",
+    "__do_global_dtors_aux",
+    "__udivti3",
+    "ceil",
+];
+
+/// How a BOLT profile fits a PGO binary: what llvm-bolt found stale reading it, and which of the
+/// functions it profiles the binary lacks.
+#[derive(Debug, Default)]
+pub struct BoltFit {
+    /// Profiled functions llvm-bolt found, whose recorded branches do not fit their code.
+    pub stale: Vec<String>,
+    /// Profiled functions without a symbol of that name and binding in the binary.
+    pub missing: Vec<String>,
+    /// Missing or stale, but of `BOLT_MAY_MISS`.
+    pub allowed: Vec<String>,
+    /// llvm-bolt's "N out of M functions ... have non-empty execution profile".
+    pub profiled: Option<(u64, u64)>,
+}
+
+impl BoltFit {
+    pub fn describe(&self) -> String {
+        let list = |v: &[String]| {
+            let shown: Vec<&str> = v.iter().take(5).map(String::as_str).collect();
+            format!(
+                "{}{}",
+                shown.join(", "),
+                if v.len() > shown.len() { ", ..." } else { "" }
+            )
+        };
+        let mut parts = Vec::new();
+        if let Some((n, m)) = self.profiled {
+            parts.push(format!("llvm-bolt profiles {n} of {m} functions"));
+        }
+        if !self.stale.is_empty() {
+            parts.push(format!(
+                "{} profiled function(s) whose code changed (llvm-bolt: invalid, possibly stale profile): {}",
+                self.stale.len(),
+                list(&self.stale)
+            ));
+        }
+        if !self.missing.is_empty() {
+            parts.push(format!(
+                "{} profiled function(s) this PGO binary lacks: {}",
+                self.missing.len(),
+                list(&self.missing)
+            ));
+        }
+        if !self.allowed.is_empty() {
+            parts.push(format!(
+                "{} C runtime/builtin function(s) unmatched, allowed: {}",
+                self.allowed.len(),
+                list(&self.allowed)
+            ));
+        }
+        if self.stale.is_empty() && self.missing.is_empty() {
+            parts.push("no profiled function stale or missing".into());
+        }
+        parts.join("; ")
+    }
+}
+
+/// BOLT's name of a function without its local-symbol suffix (`name/1`) and its
+/// `-report-stale` fragment count (`(*2)`): the symbol's name, and whether BOLT saw it local.
+fn bolt_symbol(name: &str) -> (&str, bool) {
+    let name = name.split_once("(*").map_or(name, |(n, _)| n);
+    match name.rsplit_once('/') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => (base, true),
+        _ => (name, false),
+    }
+}
+
+/// Check a BOLT profile against a PGO binary by its content: `report` is what
+/// `llvm-bolt PGO -data=PROFILE -report-stale` printed, `symbols` what `llvm-readelf -s -W PGO`
+/// printed. The profile fits when llvm-bolt found none of its functions stale and the binary has
+/// every function it profiles (a local symbol for BOLT's `name/N`, a global one for `name`),
+/// except the C runtime's of `BOLT_MAY_MISS`.
+pub fn bolt_fit(profile: &Profile, report: &str, symbols: &str) -> Result<BoltFit> {
+    let mut fit = BoltFit {
+        profiled: crate::proof::bolt_function_counts(report),
+        ..BoltFit::default()
+    };
+    if fit.profiled.is_none() {
+        bail!("the llvm-bolt report has no \"N out of M functions ... have non-empty execution profile\" line: llvm-bolt did not read the profile");
+    }
+    let mut in_stale_list = false;
+    for line in report.lines() {
+        if line.contains("Functions with stale profile:") {
+            in_stale_list = true;
+            continue;
+        }
+        if in_stale_list {
+            match line.strip_prefix("  ") {
+                Some(name) if !name.trim().is_empty() => {
+                    fit.stale.push(name.trim().to_owned());
+                    continue;
+                }
+                _ => in_stale_list = false,
+            }
+        }
+    }
+    // The symbol table: `Num: Value Size Type Bind Vis Ndx Name`.
+    let mut local = std::collections::HashSet::new();
+    let mut global = std::collections::HashSet::new();
+    for line in symbols.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || !f[0].ends_with(':') || f[6] == "UND" {
+            continue;
+        }
+        match f[4] {
+            "LOCAL" => local.insert(f[7]),
+            _ => global.insert(f[7]),
+        };
+    }
+    if local.is_empty() && global.is_empty() {
+        bail!("the symbol table of the PGO binary is empty: is it stripped?");
+    }
+    for name in profile.functions.keys() {
+        let (base, is_local) = bolt_symbol(name);
+        let found = if is_local {
+            local.contains(base)
+        } else {
+            global.contains(base) || base.ends_with("@PLT")
+        };
+        if !found {
+            fit.missing.push(name.clone());
+        }
+    }
+    for list in [&mut fit.stale, &mut fit.missing] {
+        let (allowed, kept): (Vec<String>, Vec<String>) = list
+            .drain(..)
+            .partition(|n| BOLT_MAY_MISS.contains(&bolt_symbol(n).0));
+        *list = kept;
+        fit.allowed.extend(allowed);
+    }
+    Ok(fit)
 }
 
 fn check(a: &CheckArgs) -> Result<()> {
@@ -390,13 +668,48 @@ fn check(a: &CheckArgs) -> Result<()> {
         profiles::describe(a.kind, &c, 10)
     );
     let mut stale = Vec::new();
-    if a.kind == Kind::Llvm && !c.changed.is_empty() {
-        let names: Vec<&str> = c.changed.iter().take(5).map(String::as_str).collect();
-        stale.push(format!(
-            "{} function(s) changed their control flow since the pinned profile was trained (hash mismatch: {}{})",
-            c.changed.len(),
-            names.join(", "),
-            if c.changed.len() > names.len() { ", ..." } else { "" }
+    // A function whose code changed keeps the profile fresh while neither training ran it (a
+    // cold function edited: LLVM optimizes it without a profile, as before the edit); one that
+    // either training ran makes it stale, as does a new function that the fresh training ran.
+    let hot = |name: &String| {
+        [&pinned, &fresh]
+            .iter()
+            .any(|p| p.functions.get(name).is_some_and(|f| f.total() > 0))
+    };
+    let listed = |what: &str, names: &[&String]| {
+        let shown: Vec<&str> = names.iter().take(5).map(|n| n.as_str()).collect();
+        format!(
+            "{} function(s) {what}: {}{}",
+            names.len(),
+            shown.join(", "),
+            if names.len() > shown.len() {
+                ", ..."
+            } else {
+                ""
+            }
+        )
+    };
+    if a.kind == Kind::Llvm {
+        let (changed_hot, changed_cold): (Vec<&String>, Vec<&String>) =
+            c.changed.iter().partition(|n| hot(n));
+        if !changed_cold.is_empty() {
+            eprintln!(
+                "freshness check: {} (allowed: neither training ran them)",
+                listed("changed their control flow", &changed_cold)
+            );
+        }
+        if !changed_hot.is_empty() {
+            stale.push(listed(
+                "that training runs changed their control flow since the pinned profile was trained (hash mismatch)",
+                &changed_hot,
+            ));
+        }
+    }
+    let new_hot: Vec<&String> = c.only_test.iter().map(|m| &m.function).collect();
+    if !new_hot.is_empty() && a.kind == Kind::Llvm {
+        stale.push(listed(
+            "that the pinned profile does not know ran in the fresh training",
+            &new_hot,
         ));
     }
     if c.overlap_pct.is_nan() || c.overlap_pct < a.min_overlap {
@@ -417,7 +730,7 @@ fn check(a: &CheckArgs) -> Result<()> {
         "kind": kind,
         "pinned_sha256": sha256_file(&pinned_file)?,
         "min_overlap_pct": a.min_overlap,
-        "changed_functions_allowed": if a.kind == Kind::Llvm { json!(0) } else { Value::Null },
+        "changed_functions_allowed": if a.kind == Kind::Llvm { json!("cold only") } else { Value::Null },
         "verdict": "fresh",
     });
     write_json(&a.verdict, &verdict)?;
@@ -429,12 +742,6 @@ fn check(a: &CheckArgs) -> Result<()> {
 /// nix/stages/fresh-profile.nix), pinned beside the profile.
 const COVERAGE_REPORTS: [&str; 2] = ["function-coverage.json", "function-coverage.txt"];
 
-/// Where under profiles/ a profile of `kind` for `system` and `provider` is pinned (the layout
-/// nix/pinned-profiles.nix reads).
-pub fn pinned_subdir(kind: Kind, system: &str, provider: &str) -> PathBuf {
-    Path::new(system).join(provider).join(kind.name())
-}
-
 fn pin(a: &PinArgs) -> Result<()> {
     let mut m = read_json(&a.fresh.join("manifest.json"), "fresh profile manifest")?;
     let kind = match str_at(&m, &["kind"]) {
@@ -445,19 +752,14 @@ fn pin(a: &PinArgs) -> Result<()> {
             a.fresh.display()
         ),
     };
-    let (system, provider) = (
-        str_at(&m, &["system"]).unwrap_or("").to_string(),
-        str_at(&m, &["provider"]).unwrap_or("").to_string(),
-    );
-    if system.is_empty() || provider.is_empty() {
-        bail!("pin: the fresh manifest names no system or provider");
-    }
     let file = file_name(kind);
     let fresh_file = a.fresh.join(file);
     if sha256_file(&fresh_file)? != str_at(&m, &["sha256"]).unwrap_or("") {
         bail!("pin: {} does not match its manifest", fresh_file.display());
     }
-    let dir = a.profiles.join(pinned_subdir(kind, &system, &provider));
+    let dir = a
+        .profiles
+        .join(pinned_subdir(kind, &m["key"]).context("pin: the fresh manifest")?);
     let old = dir.join(file);
     let previous = if old.is_file() {
         let before = Profile::read(kind, &old)?;
@@ -510,6 +812,81 @@ fn pin(a: &PinArgs) -> Result<()> {
     Ok(())
 }
 
+/// What LLVM said of one function while the PGO build read the profile.
+#[derive(Debug, PartialEq)]
+enum UseWarning<'a> {
+    /// "function control flow change detected (hash mismatch) NAME Hash = N"
+    Mismatch(&'a str),
+    /// "no profile data available for function NAME"
+    Unprofiled(&'a str),
+}
+
+fn use_warning(line: &str) -> Option<UseWarning<'_>> {
+    if let Some((_, rest)) = line.split_once("(hash mismatch) ") {
+        let name = rest.split_once(" Hash = ").map_or(rest, |(n, _)| n);
+        return Some(UseWarning::Mismatch(name.trim()));
+    }
+    let (_, rest) = line.split_once("no profile data available for function ")?;
+    Some(UseWarning::Unprofiled(
+        rest.split_whitespace().next().unwrap_or(""),
+    ))
+}
+
+/// The PGO stage's verdict on LLVM's profile-use warnings (nix/stages/pgo.nix). A function whose
+/// control flow changed is stale only when the profile has counts for it: one that training never
+/// ran (a cold function edited) is optimized without a profile, as it was with one. A function the
+/// profile does not know (a new one) is left to the LLVM training check, which fails when a fresh
+/// training runs it. The profile names a local function `file;name`, LLVM's warning `name`.
+fn use_diagnostics(a: &UseDiagnosticsArgs) -> Result<()> {
+    let profile = Profile::read(Kind::Llvm, &a.profile)?;
+    let text = std::fs::read_to_string(&a.diagnostics)
+        .with_context(|| format!("reading {}", a.diagnostics.display()))?;
+    let mut counts: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for (name, f) in &profile.functions {
+        let bare = name.rsplit_once(';').map_or(name.as_str(), |(_, n)| n);
+        *counts.entry(bare).or_default() += f.total();
+    }
+    let (mut hot, mut cold, mut unprofiled) = (Vec::new(), Vec::new(), Vec::new());
+    for warning in text.lines().filter_map(use_warning) {
+        match warning {
+            UseWarning::Mismatch(n) if counts.get(n).copied().unwrap_or(0) > 0 => hot.push(n),
+            UseWarning::Mismatch(n) => cold.push(n),
+            UseWarning::Unprofiled(n) => unprofiled.push(n),
+        }
+    }
+    let list = |v: &[&str]| {
+        let shown: Vec<&str> = v.iter().take(5).copied().collect();
+        format!(
+            "{}{}",
+            shown.join(", "),
+            if v.len() > shown.len() { ", ..." } else { "" }
+        )
+    };
+    eprintln!(
+        "profile-use diagnostics: {} hash mismatch(es) of functions the profile has counts for, {} of functions it has none for (allowed: never trained), {} function(s) without profile data (new: the training check fails if training runs them)",
+        hot.len(),
+        cold.len(),
+        unprofiled.len()
+    );
+    for (what, v) in [
+        ("cold, changed", &cold),
+        ("without profile data", &unprofiled),
+    ] {
+        if !v.is_empty() {
+            eprintln!("  {what}: {}", list(v));
+        }
+    }
+    if !hot.is_empty() {
+        bail!(
+            "the LLVM profile is stale: {} function(s) it has counts for changed their control flow since training (hash mismatch): {}; refresh it with `{}` and commit profiles/",
+            hot.len(),
+            list(&hot),
+            a.refresh_command
+        );
+    }
+    Ok(())
+}
+
 fn compare_cli(a: &CompareArgs) -> Result<()> {
     let base = Profile::read(a.kind, &a.base)?;
     let test = Profile::read(a.kind, &a.test)?;
@@ -527,55 +904,99 @@ mod tests {
 
     const PROFILE: &str = "f\n# Func Hash:\n1\n# Num Counters:\n2\n# Counter Values:\n30\n10\n";
 
-    /// A pinned LLVM directory as `pin` writes it, and a versions.json of the same toolchain.
-    fn pinned_llvm(name: &str) -> (PathBuf, PathBuf) {
+    /// versions.json as a provider's `versions` stage writes it.
+    fn versions(provider: &str, rustc: &str, profdata: &str) -> Value {
+        json!({
+            "rust_release": "1.95.0", "rustc": rustc, "rustc_commit_hash": "59807616e1",
+            "rustc_llvm": "22.1.2", "cargo": "cargo 1.95.0 (f2d3ce0bd 2026-03-21)",
+            "target": "x86_64-unknown-linux-gnu", "llvm_profdata": profdata, "llvm_bolt": "22.1.8",
+            "provider": provider,
+        })
+    }
+
+    /// A pinned LLVM directory as `pin` writes it, a versions.json of the same toolchain and the
+    /// codegen key it was trained with: (dir, key args).
+    fn pinned_llvm(name: &str) -> (PathBuf, KeyArgs) {
         let d = std::env::temp_dir().join(format!("pinned-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(d.join("llvm")).unwrap();
         std::fs::write(d.join("llvm/gateway.proftext"), PROFILE).unwrap();
-        let toolchain = json!({ "rustc": "rustc 1.95.0 (x)", "llvm_profdata": "22.1.8", "llvm_bolt": "22.1.8", "provider": "p" });
+        let k = KeyArgs {
+            versions: d.join("versions.json"),
+            codegen: d.join("codegen.json"),
+        };
+        write_json(&k.versions, &versions("p", "rustc 1.95.0 (x)", "22.1.8")).unwrap();
+        write_json(
+            &k.codegen,
+            &json!({ "cargo_profile": "release", "features": [] }),
+        )
+        .unwrap();
         let manifest = json!({
-            "schema": 1, "kind": "llvm", "system": "x86_64-linux", "provider": "p", "toolchain": toolchain,
+            "schema": MANIFEST_SCHEMA, "kind": "llvm", "system": "x86_64-linux", "provider": "p",
+            "key": build_key(&k).unwrap(),
+            "toolchain": versions("p", "rustc 1.95.0 (x)", "22.1.8"),
             "sha256": hex(&Sha256::digest(PROFILE.as_bytes())),
         });
         write_json(&d.join("llvm/manifest.json"), &manifest).unwrap();
-        write_json(&d.join("versions.json"), &toolchain).unwrap();
-        (d.join("llvm"), d.join("versions.json"))
+        (d.join("llvm"), k)
     }
 
-    fn verify_llvm(dir: &Path, versions: &Path) -> Result<Value> {
+    fn verify_llvm(dir: &Path, key: &KeyArgs) -> Result<Value> {
         verify(&VerifyArgs {
             kind: Kind::Llvm,
             dir: dir.to_owned(),
-            versions: versions.to_owned(),
-            system: "x86_64-linux".into(),
-            pgo_binary: None,
+            key: key.clone(),
+            bolt_report: None,
+            bolt_symbols: None,
             refresh_command: "refresh-it".into(),
         })
     }
 
     #[test]
     fn verify_refuses_corrupt_and_foreign_profiles() {
-        let (dir, versions) = pinned_llvm("verify");
-        verify_llvm(&dir, &versions).unwrap();
-        let err = |dir: &Path| verify_llvm(dir, &versions).unwrap_err().to_string();
+        let (dir, key) = pinned_llvm("verify");
+        verify_llvm(&dir, &key).unwrap();
+        let err = |dir: &Path| verify_llvm(dir, &key).unwrap_err().to_string();
         let with = |rustc: &str, profdata: &str, provider: &str| {
-            let v = json!({ "rustc": rustc, "llvm_profdata": profdata, "provider": provider });
-            write_json(&versions, &v).unwrap();
+            write_json(&key.versions, &versions(provider, rustc, profdata)).unwrap();
         };
-        // Another provider, another rustc, another LLVM major; another minor is fine.
+        // Another provider of the same key is fine: the key has no provider.
         with("rustc 1.95.0 (x)", "22.1.8", "q");
-        assert!(err(&dir).contains("provider \"p\""));
+        verify_llvm(&dir, &key).unwrap();
+        // Another rustc, another LLVM major; another minor is fine.
         with("rustc 1.96.0 (y)", "22.1.8", "p");
         let e = err(&dir);
         assert!(
-            e.contains("another toolchain") && e.contains("refresh-it"),
+            e.contains("another key")
+                && e.contains("rustc: \"rustc 1.95.0 (x)\" -> \"rustc 1.96.0 (y)\"")
+                && e.contains("refresh-it"),
             "{e}"
         );
         with("rustc 1.95.0 (x)", "23.1.0", "p");
-        assert!(err(&dir).contains("another toolchain"));
+        assert!(err(&dir).contains("another major"));
         with("rustc 1.95.0 (x)", "22.1.2", "p");
-        verify_llvm(&dir, &versions).unwrap();
+        verify_llvm(&dir, &key).unwrap();
+        // Other codegen settings: another key, naming the setting.
+        write_json(
+            &key.codegen,
+            &json!({ "cargo_profile": "release", "features": ["mimalloc"] }),
+        )
+        .unwrap();
+        let e = err(&dir);
+        assert!(e.contains("codegen.features"), "{e}");
+        write_json(
+            &key.codegen,
+            &json!({ "cargo_profile": "release", "features": [] }),
+        )
+        .unwrap();
+        // A manifest of the provider-keyed schema 1: refused, naming the refresh command.
+        let mut m = read_json(&dir.join("manifest.json"), "m").unwrap();
+        m["schema"] = json!(1);
+        write_json(&dir.join("manifest.json"), &m).unwrap();
+        let e = err(&dir);
+        assert!(e.contains("schema 1") && e.contains("refresh-it"), "{e}");
+        m["schema"] = json!(MANIFEST_SCHEMA);
+        write_json(&dir.join("manifest.json"), &m).unwrap();
         // Corrupt: one counter changed, then a file whose sha256 matches but does not parse.
         std::fs::write(dir.join("gateway.proftext"), PROFILE.replace("30", "31")).unwrap();
         let e = err(&dir);
@@ -612,6 +1033,37 @@ mod tests {
         };
         // Counts a little different: fresh, and the verdict does not depend on them.
         run(&PROFILE.replace("\n10\n", "\n11\n"), 95.0).unwrap();
+        // A function that neither training ran changed (a cold edit), or a new one neither ran:
+        // still fresh.
+        let cold = "\nc\n# Func Hash:\n5\n# Num Counters:\n1\n# Counter Values:\n0\n";
+        std::fs::write(dir.join("gateway.proftext"), format!("{PROFILE}{cold}")).unwrap();
+        run(
+            &format!("{PROFILE}{}", cold.replace("Hash:\n5", "Hash:\n6")),
+            95.0,
+        )
+        .unwrap();
+        run(
+            &format!(
+                "{PROFILE}{cold}\nd\n# Func Hash:\n1\n# Num Counters:\n1\n# Counter Values:\n0\n"
+            ),
+            95.0,
+        )
+        .unwrap();
+        // A new function the fresh training ran: stale.
+        let e = run(
+            &format!(
+                "{PROFILE}{cold}\nd\n# Func Hash:\n1\n# Num Counters:\n1\n# Counter Values:\n1\n"
+            ),
+            0.0,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("does not know ran in the fresh training: d"),
+            "{e}"
+        );
+        std::fs::write(dir.join("gateway.proftext"), PROFILE).unwrap();
+        run(&PROFILE.replace("\n10\n", "\n11\n"), 95.0).unwrap();
         let first = std::fs::read(&verdict).unwrap();
         run(&PROFILE.replace("\n10\n", "\n12\n"), 95.0).unwrap();
         assert_eq!(first, std::fs::read(&verdict).unwrap());
@@ -626,7 +1078,7 @@ mod tests {
         let e = run(&PROFILE.replace("Hash:\n1\n", "Hash:\n2\n"), 0.0)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("hash mismatch: f"), "{e}");
+        assert!(e.contains("(hash mismatch): f"), "{e}");
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 
@@ -642,7 +1094,7 @@ mod tests {
             profiles: profiles.clone(),
         })
         .unwrap();
-        let dir = profiles.join(pinned_subdir(Kind::Llvm, "x86_64-linux", "p"));
+        let dir = profiles.join("x86_64-unknown-linux-gnu/rust-1.95.0/llvm");
         assert_eq!(
             std::fs::read_to_string(dir.join("function-coverage.txt")).unwrap(),
             "profile coverage: x\n"
@@ -660,6 +1112,68 @@ mod tests {
         assert!(!dir.join("function-coverage.txt").exists());
         assert!(dir.join("gateway.proftext").is_file());
         let _ = std::fs::remove_dir_all(fresh.parent().unwrap());
+    }
+
+    /// What llvm-bolt prints reading a profile with `-report-stale`, and `llvm-readelf -s -W`.
+    const BOLT_REPORT: &str = "BOLT-INFO: Functions with stale profile:\n  g/1(*2)\nBOLT-INFO: 3 out of 40 functions in the binary (7.5%) have non-empty execution profile\nBOLT-INFO: profile for 1 objects was ignored\n";
+    const SYMBOLS: &str = "Symbol table '.symtab' contains 5 entries:\n   Num:    Value          Size Type    Bind   Vis       Ndx Name\n     1: 0000000000001000    10 FUNC    LOCAL  DEFAULT    14 f\n     2: 0000000000001010    10 FUNC    LOCAL  DEFAULT    14 g\n     3: 0000000000001020    10 FUNC    GLOBAL DEFAULT    14 main\n     4: 0000000000001030    10 FUNC    GLOBAL DEFAULT    14 _init\n     5: 0000000000000000     0 FUNC    GLOBAL DEFAULT   UND h\n";
+
+    #[test]
+    fn bolt_fit_names_stale_and_missing_functions_but_not_the_c_runtime() {
+        let fdata = |names: &[&str]| {
+            let text: String = names
+                .iter()
+                .map(|n| format!("1 {n} 0 1 {n} 4 0 10\n"))
+                .collect();
+            profiles::parse_fdata(&text).unwrap()
+        };
+        // All found, none stale (the report's stale list aside).
+        let clean = BOLT_REPORT.replace("  g/1(*2)\n", "");
+        let fit = bolt_fit(&fdata(&["f/1", "main", "puts@PLT"]), &clean, SYMBOLS).unwrap();
+        assert!(fit.stale.is_empty() && fit.missing.is_empty(), "{fit:?}");
+        assert_eq!(fit.profiled, Some((3, 40)));
+        // g's code changed: stale. h is undefined here, k absent, f is local not global.
+        let fit = bolt_fit(&fdata(&["f", "g/1", "h", "k/1"]), BOLT_REPORT, SYMBOLS).unwrap();
+        assert_eq!(fit.stale, ["g/1(*2)"]);
+        assert_eq!(fit.missing, ["f", "h", "k/1"]);
+        assert!(fit.describe().contains("whose code changed"));
+        // The C runtime's functions may be missing or local-vs-global: allowed, and named.
+        let fit = bolt_fit(&fdata(&["_init/1", "_fini/1", "ceil"]), &clean, SYMBOLS).unwrap();
+        assert!(fit.missing.is_empty(), "{fit:?}");
+        assert_eq!(fit.allowed, ["_fini/1", "_init/1", "ceil"]);
+        // A report without the profile line: llvm-bolt did not read the profile.
+        assert!(bolt_fit(&fdata(&["f/1"]), "BOLT-ERROR: x", SYMBOLS).is_err());
+    }
+
+    #[test]
+    fn use_diagnostics_fail_on_a_changed_hot_function_only() {
+        let d = std::env::temp_dir().join(format!("use-diag-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let profile = d.join("gateway.proftext");
+        std::fs::write(
+            &profile,
+            format!("{PROFILE}\ngateway.abc-cgu.0;cold\n# Func Hash:\n3\n# Num Counters:\n1\n# Counter Values:\n0\n"),
+        )
+        .unwrap();
+        let run = |lines: &str| {
+            std::fs::write(d.join("diag.txt"), lines).unwrap();
+            use_diagnostics(&UseDiagnosticsArgs {
+                profile: profile.clone(),
+                diagnostics: d.join("diag.txt"),
+                refresh_command: "refresh-it".into(),
+            })
+        };
+        run("").unwrap();
+        run("warning: gateway.abc-cgu.0: function control flow change detected (hash mismatch) cold Hash = 9\n").unwrap();
+        run("warning: x: no profile data available for function new_one\n").unwrap();
+        let e = run("warning: gateway.abc-cgu.0: function control flow change detected (hash mismatch) f Hash = 9\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("(hash mismatch): f") && e.contains("refresh-it"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

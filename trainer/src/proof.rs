@@ -1,7 +1,9 @@
 //! The proof marker (`share/gateway/proof.json`, `docs/contracts.md`): `trainer proof` writes it
-//! from the pinned profiles and their manifests, the verdicts of the freshness checks that vouched
-//! for them, BOLT's log, the toolchain versions and the sources built, refusing when anything is
-//! missing, empty or inconsistent; `trainer verify-proof` checks one.
+//! from the profiles and their manifests, the verdicts of the freshness checks that vouched for
+//! pinned ones (or why a profile was trained in the build instead), BOLT's log, the toolchain
+//! versions and the sources built, refusing when anything is missing, empty or inconsistent;
+//! `trainer verify-proof` checks one, and with `--require-pinned` refuses an artifact whose
+//! profiles were trained in the build (a release is a function of committed profiles).
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
@@ -20,12 +22,21 @@ pub struct ProofArgs {
     /// Output of the pinned BOLT profile stage: gateway.fdata and its manifest.json.
     #[arg(long)]
     pub bolt_profile: PathBuf,
-    /// verdict.json of the LLVM training check.
+    /// verdict.json of the LLVM training check (a pinned LLVM profile).
+    #[arg(long, required_unless_present = "llvm_trained_in_build")]
+    pub llvm_check: Option<PathBuf>,
+    /// verdict.json of the BOLT training check (a pinned BOLT profile).
+    #[arg(long, required_unless_present = "bolt_trained_in_build")]
+    pub bolt_check: Option<PathBuf>,
+    /// Why the LLVM profile was trained in this build instead of pinned (no training check).
+    #[arg(long, conflicts_with = "llvm_check")]
+    pub llvm_trained_in_build: Option<String>,
+    /// Why the BOLT profile was trained in this build instead of pinned (no training check).
+    #[arg(long, conflicts_with = "bolt_check")]
+    pub bolt_trained_in_build: Option<String>,
+    /// The command that pins profiles, named by `verify-proof --require-pinned`.
     #[arg(long)]
-    pub llvm_check: PathBuf,
-    /// verdict.json of the BOLT training check.
-    #[arg(long)]
-    pub bolt_check: PathBuf,
+    pub refresh_command: String,
     /// Output of `llvm-bolt -data=...` (its BOLT-INFO lines).
     #[arg(long)]
     pub bolt_log: PathBuf,
@@ -45,7 +56,15 @@ pub struct VerifyArgs {
     /// The proof marker to check, or the output directory holding it (`result`, a store path):
     /// then its `share/gateway/proof.json`.
     pub path: PathBuf,
+    /// Refuse a marker whose profiles were trained in the build instead of pinned (what a release
+    /// requires: the artifact a function of committed inputs, bit-identical on rebuild).
+    #[arg(long)]
+    pub require_pinned: bool,
 }
+
+/// Where a profile came from, as the marker says it.
+const PINNED: &str = "pinned";
+const TRAINED_IN_BUILD: &str = "trained in build";
 
 /// Where the marker sits inside an output directory (`$out/share/gateway/proof.json`).
 const MARKER_IN_OUTPUT: &str = "share/gateway/proof.json";
@@ -105,18 +124,24 @@ pub fn bolt_function_counts(log: &str) -> Option<(u64, u64)> {
     None
 }
 
-/// A pinned profile's manifest, with the verdict of the check that vouched for it.
-struct Pinned {
+/// A profile's manifest, with the verdict of the check that vouched for a pinned one, or why it
+/// was trained in the build.
+struct Used {
     manifest: Value,
     sha256: String,
-    verdict: Value,
+    origin: Origin,
 }
 
-fn pinned(dir: &Path, kind: Kind, check: &Path) -> Result<Pinned> {
+enum Origin {
+    Pinned { verdict: Value },
+    TrainedInBuild { reason: String },
+}
+
+fn used(dir: &Path, kind: Kind, check: Option<&Path>, trained: Option<&str>) -> Result<Used> {
     let what = kind.name();
     let manifest = read_json(
         &dir.join("manifest.json"),
-        &format!("pinned {what} manifest"),
+        &format!("{what} profile manifest"),
     )?;
     if manifest.get("kind").and_then(Value::as_str) != Some(what) {
         bail!(
@@ -125,22 +150,32 @@ fn pinned(dir: &Path, kind: Kind, check: &Path) -> Result<Pinned> {
         );
     }
     let sha256 = pinned::sha256_file(&dir.join(pinned::file_name(kind)))?;
-    let verdict = read_json(check, &format!("{what} freshness verdict"))?;
-    if verdict.get("verdict").and_then(Value::as_str) != Some("fresh") {
-        bail!("proof: the {what} freshness check did not pass");
-    }
-    if verdict.get("pinned_sha256").and_then(Value::as_str) != Some(sha256.as_str()) {
-        bail!("proof: the {what} freshness check vouched for another profile than the pinned {sha256}");
-    }
-    Ok(Pinned {
+    let origin = match (check, trained) {
+        (Some(check), None) => {
+            let verdict = read_json(check, &format!("{what} freshness verdict"))?;
+            if verdict.get("verdict").and_then(Value::as_str) != Some("fresh") {
+                bail!("proof: the {what} freshness check did not pass");
+            }
+            if verdict.get("pinned_sha256").and_then(Value::as_str) != Some(sha256.as_str()) {
+                bail!("proof: the {what} freshness check vouched for another profile than the pinned {sha256}");
+            }
+            Origin::Pinned { verdict }
+        }
+        (None, Some(reason)) if !reason.trim().is_empty() => Origin::TrainedInBuild {
+            reason: reason.to_owned(),
+        },
+        (None, Some(_)) => bail!("proof: the {what} profile was trained in the build for no stated reason"),
+        _ => bail!("proof: the {what} profile needs either its freshness verdict (pinned) or why it was trained in the build"),
+    };
+    Ok(Used {
         manifest,
         sha256,
-        verdict,
+        origin,
     })
 }
 
 /// The provenance section of one profile.
-fn provenance(p: &Pinned, built_from: &str) -> Value {
+fn provenance(p: &Used, built_from: &str) -> Value {
     let m = &p.manifest;
     let trained_on = m["trained_on"]["source_sha256"].clone();
     let mut v = json!({
@@ -149,9 +184,20 @@ fn provenance(p: &Pinned, built_from: &str) -> Value {
         "same_source_as_build": trained_on.as_str() == Some(built_from),
         "previous_sha256": m["previous"]["sha256"].clone(),
         "overlap_with_previous_pct": m["previous"]["overlap_pct"].clone(),
-        "freshness_check": p.verdict["verdict"].clone(),
-        "min_overlap_pct": p.verdict["min_overlap_pct"].clone(),
     });
+    match &p.origin {
+        Origin::Pinned { verdict } => {
+            v["provenance"] = json!(PINNED);
+            v["reason"] = Value::Null;
+            v["freshness_check"] = verdict["verdict"].clone();
+            v["min_overlap_pct"] = verdict["min_overlap_pct"].clone();
+        }
+        Origin::TrainedInBuild { reason } => {
+            v["provenance"] = json!(TRAINED_IN_BUILD);
+            v["reason"] = json!(reason);
+            v["freshness_check"] = json!(TRAINED_IN_BUILD);
+        }
+    }
     if let Some(sha) = m["trained_on"].get("pgo_binary_sha256") {
         v["pgo_binary_sha256"] = sha.clone();
     }
@@ -160,8 +206,18 @@ fn provenance(p: &Pinned, built_from: &str) -> Value {
 
 /// Build the marker (without writing it).
 pub fn build(args: &ProofArgs) -> Result<Value> {
-    let llvm = pinned(&args.llvm_profile, Kind::Llvm, &args.llvm_check)?;
-    let bolt = pinned(&args.bolt_profile, Kind::Bolt, &args.bolt_check)?;
+    let llvm = used(
+        &args.llvm_profile,
+        Kind::Llvm,
+        args.llvm_check.as_deref(),
+        args.llvm_trained_in_build.as_deref(),
+    )?;
+    let bolt = used(
+        &args.bolt_profile,
+        Kind::Bolt,
+        args.bolt_check.as_deref(),
+        args.bolt_trained_in_build.as_deref(),
+    )?;
     let (pgo, boltm) = (&llvm.manifest["training"], &bolt.manifest["training"]);
     let holdout = pgo
         .get("holdout")
@@ -201,8 +257,12 @@ pub fn build(args: &ProofArgs) -> Result<Value> {
     }
     let built_from = pinned::tree_digest(&args.source, pinned::SOURCE_FILES)
         .context("proof: digest of the sources built")?;
+    let both_pinned = matches!(
+        (&llvm.origin, &bolt.origin),
+        (Origin::Pinned { .. }, Origin::Pinned { .. })
+    );
     let marker = json!({
-        "schema": 2,
+        "schema": 3,
         "pgo": {
             "profraw_files": count(pgo, "profile_files", "LLVM profile manifest")?,
             "profraw_bytes": count(pgo, "profile_bytes", "LLVM profile manifest")?,
@@ -221,7 +281,8 @@ pub fn build(args: &ProofArgs) -> Result<Value> {
         "holdout": holdout,
         "toolchain": versions,
         "profiles": {
-            "provenance": "pinned",
+            "provenance": if both_pinned { PINNED } else { TRAINED_IN_BUILD },
+            "refresh_command": args.refresh_command,
             "built_from_source_sha256": built_from,
             "llvm": provenance(&llvm, &built_from),
             "bolt": provenance(&bolt, &built_from),
@@ -246,8 +307,8 @@ pub fn run(args: ProofArgs) -> Result<()> {
 
 /// Check a marker's content.
 pub fn verify(m: &Value) -> Result<()> {
-    if m.get("schema").and_then(|s| s.as_u64()) != Some(2) {
-        bail!("schema is not 2");
+    if m.get("schema").and_then(|s| s.as_u64()) != Some(3) {
+        bail!("schema is not 3");
     }
     let section = |k: &str| {
         m.get(k)
@@ -320,8 +381,8 @@ pub fn verify(m: &Value) -> Result<()> {
     }
     let profiles = section("profiles")?;
     let provenance = profiles.get("provenance").and_then(|p| p.as_str());
-    if !matches!(provenance, Some("pinned" | "fresh")) {
-        bail!("profiles.provenance is {provenance:?}, not \"pinned\" or \"fresh\"");
+    if !matches!(provenance, Some(PINNED | TRAINED_IN_BUILD)) {
+        bail!("profiles.provenance is {provenance:?}, not {PINNED:?} or {TRAINED_IN_BUILD:?}");
     }
     let is_sha = |v: Option<&Value>| {
         v.and_then(|s| s.as_str())
@@ -330,6 +391,7 @@ pub fn verify(m: &Value) -> Result<()> {
     if !is_sha(profiles.get("built_from_source_sha256")) {
         bail!("profiles.built_from_source_sha256 is not a sha256 hex digest");
     }
+    let mut all_pinned = true;
     for kind in ["llvm", "bolt"] {
         let p = profiles
             .get(kind)
@@ -340,9 +402,28 @@ pub fn verify(m: &Value) -> Result<()> {
                 bail!("profiles.{kind}.{k} is not a sha256 hex digest");
             }
         }
-        if p.get("freshness_check").and_then(|v| v.as_str()) != Some("fresh") {
-            bail!("profiles.{kind}.freshness_check is not \"fresh\"");
+        let check = p.get("freshness_check").and_then(|v| v.as_str());
+        match p.get("provenance").and_then(|v| v.as_str()) {
+            Some(PINNED) if check == Some("fresh") => {}
+            Some(PINNED) => bail!(
+                "profiles.{kind}: pinned, but its freshness_check is {check:?}, not \"fresh\""
+            ),
+            Some(TRAINED_IN_BUILD) => {
+                all_pinned = false;
+                if p.get("reason")
+                    .and_then(|r| r.as_str())
+                    .is_none_or(str::is_empty)
+                {
+                    bail!("profiles.{kind}: trained in build, but no reason is given");
+                }
+            }
+            other => bail!(
+                "profiles.{kind}.provenance is {other:?}, not {PINNED:?} or {TRAINED_IN_BUILD:?}"
+            ),
         }
+    }
+    if all_pinned != (provenance == Some(PINNED)) {
+        bail!("profiles.provenance is {provenance:?}, but its profiles say otherwise");
     }
     let tc = m
         .get("toolchain")
@@ -358,6 +439,23 @@ pub fn verify(m: &Value) -> Result<()> {
     Ok(())
 }
 
+/// A release's rule: both profiles pinned (a valid marker assumed).
+pub fn require_pinned(m: &Value) -> Result<()> {
+    let profiles = &m["profiles"];
+    if profiles["provenance"].as_str() == Some(PINNED) {
+        return Ok(());
+    }
+    let reasons: Vec<String> = ["llvm", "bolt"]
+        .iter()
+        .filter_map(|k| profiles[*k]["reason"].as_str().map(|r| format!("{k}: {r}")))
+        .collect();
+    bail!(
+        "the profiles were trained in the build, not pinned ({}); a release is built from pinned profiles only: pin them with `{}` and commit profiles/",
+        reasons.join("; "),
+        profiles["refresh_command"].as_str().unwrap_or("the refresh command")
+    )
+}
+
 /// `trainer verify-proof PATH`: PATH is the marker or an output directory holding it.
 pub fn verify_cli(args: VerifyArgs) -> Result<()> {
     let path = if args.path.is_dir() {
@@ -370,9 +468,13 @@ pub fn verify_cli(args: VerifyArgs) -> Result<()> {
     let m: Value = serde_json::from_slice(&text)
         .with_context(|| format!("verify-proof: {} is not JSON", path.display()))?;
     verify(&m).map_err(|e| anyhow!("verify-proof: {}: {e}", path.display()))?;
+    if args.require_pinned {
+        require_pinned(&m).map_err(|e| anyhow!("verify-proof: {}: {e}", path.display()))?;
+    }
     eprintln!(
-        "verify-proof: {} is valid (holdout {}, {} PGO shapes, {} BOLT shapes)",
+        "verify-proof: {} is valid ({} profiles, holdout {}, {} PGO shapes, {} BOLT shapes)",
         path.display(),
+        m["profiles"]["provenance"].as_str().unwrap_or(""),
         m["holdout"].as_str().unwrap_or(""),
         m["pgo"]["shapes_trained"].as_array().map_or(0, |a| a.len()),
         m["bolt"]["shapes_trained"]

@@ -378,14 +378,33 @@ fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
         p(&d.join("versions.json")),
         "--source".into(),
         p(&d.join("src")),
+        "--refresh-command".into(),
+        "refresh-it".into(),
         "--out".into(),
         p(&d.join("share/gateway/proof.json")),
     ]
 }
 
+/// `proof_inputs` with the LLVM profile trained in the build instead of pinned.
+fn proof_inputs_trained_in_build(d: &Path) -> Vec<String> {
+    let mut args = proof_inputs(d, "h");
+    let i = args.iter().position(|a| a == "--llvm-check").unwrap();
+    args[i] = "--llvm-trained-in-build".into();
+    args[i + 1] = "no pinned llvm profile at profiles/t/rust-1.95.0/llvm".into();
+    args
+}
+
 fn verify(path: &Path) -> Output {
     Command::new(TRAINER)
         .arg("verify-proof")
+        .arg(path)
+        .output()
+        .unwrap()
+}
+
+fn verify_pinned(path: &Path) -> Output {
+    Command::new(TRAINER)
+        .args(["verify-proof", "--require-pinned"])
         .arg(path)
         .output()
         .unwrap()
@@ -401,9 +420,11 @@ fn proof_is_written_and_verifies() {
     assert!(o.status.success(), "{}", stderr(&o));
     let path = d.join("share/gateway/proof.json");
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    assert_eq!(m["schema"], 2);
+    assert_eq!(m["schema"], 3);
     assert_eq!(m["holdout"], "h");
     assert_eq!(m["profiles"]["provenance"], "pinned");
+    assert_eq!(m["profiles"]["refresh_command"], "refresh-it");
+    assert_eq!(m["profiles"]["llvm"]["provenance"], "pinned");
     assert_eq!(
         m["profiles"]["llvm"]["trained_on_source_sha256"],
         "b".repeat(64)
@@ -419,6 +440,8 @@ fn proof_is_written_and_verifies() {
     assert_eq!(m["bolt"]["functions_total"], 4000);
     assert_eq!(m["toolchain"]["rustc_llvm"], "22.1.2");
     let o = verify(&path);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = verify_pinned(&path);
     assert!(o.status.success(), "{}", stderr(&o));
     // The output directory (what `nix build` links as `result`) works as well as the marker,
     // through a symlink too; a directory without a marker names where it looked.
@@ -473,8 +496,50 @@ fn proof_is_written_and_verifies() {
         "{}",
         stderr(&o)
     );
+    // Trained in the build: a valid marker that says so, with the reason, and that the release
+    // rule refuses, naming the refresh command. Without a reason, no marker.
+    let d3 = scratch("proof-trained-in-build");
+    let o = Command::new(TRAINER)
+        .args(proof_inputs_trained_in_build(&d3))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let path = d3.join("share/gateway/proof.json");
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(m["profiles"]["provenance"], "trained in build");
+    assert_eq!(m["profiles"]["llvm"]["provenance"], "trained in build");
+    assert_eq!(m["profiles"]["llvm"]["freshness_check"], "trained in build");
+    assert_eq!(
+        m["profiles"]["llvm"]["reason"],
+        "no pinned llvm profile at profiles/t/rust-1.95.0/llvm"
+    );
+    assert_eq!(m["profiles"]["bolt"]["provenance"], "pinned");
+    assert!(verify(&path).status.success());
+    let o = verify_pinned(&path);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("trained in the build, not pinned")
+            && stderr(&o).contains("llvm: no pinned llvm profile at profiles/t/rust-1.95.0/llvm")
+            && stderr(&o).contains("`refresh-it`"),
+        "{}",
+        stderr(&o)
+    );
+    let mut args = proof_inputs_trained_in_build(&d3);
+    let i = args
+        .iter()
+        .position(|a| a == "--llvm-trained-in-build")
+        .unwrap();
+    args[i + 1] = " ".into();
+    let o = Command::new(TRAINER).args(&args).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("for no stated reason"),
+        "{}",
+        stderr(&o)
+    );
     let _ = std::fs::remove_dir_all(&d);
     let _ = std::fs::remove_dir_all(&d2);
+    let _ = std::fs::remove_dir_all(&d3);
 }
 
 #[test]
@@ -482,7 +547,7 @@ fn verify_proof_rejects_bad_markers() {
     let d = scratch("verify");
     let sha = "a".repeat(64);
     let good = serde_json::json!({
-        "schema": 2,
+        "schema": 3,
         "pgo": { "profraw_files": 3, "profraw_bytes": 9000, "profdata_bytes": 4000,
                  "profdata_sha256": "a".repeat(64), "shapes_trained": ["chat-minimal"],
                  "requests_checked": 3000 },
@@ -490,9 +555,9 @@ fn verify_proof_rejects_bad_markers() {
                   "functions_total": 100, "shapes_trained": ["chat-minimal"] },
         "holdout": "h",
         "toolchain": { "rustc": "rustc 1.95.0" },
-        "profiles": { "provenance": "pinned", "built_from_source_sha256": sha,
-                      "llvm": { "sha256": sha, "trained_on_source_sha256": sha, "freshness_check": "fresh" },
-                      "bolt": { "sha256": sha, "trained_on_source_sha256": sha, "freshness_check": "fresh" } }
+        "profiles": { "provenance": "pinned", "built_from_source_sha256": sha, "refresh_command": "refresh-it",
+                      "llvm": { "provenance": "pinned", "sha256": sha, "trained_on_source_sha256": sha, "freshness_check": "fresh" },
+                      "bolt": { "provenance": "pinned", "sha256": sha, "trained_on_source_sha256": sha, "freshness_check": "fresh" } }
     });
     let path = d.join("proof.json");
     let check = |v: &serde_json::Value| {
@@ -548,12 +613,21 @@ fn verify_proof_rejects_bad_markers() {
     v["pgo"]["profdata_sha256"] = "xyz".into();
     assert!(!check(&v).status.success());
     let mut v = good.clone();
-    v["schema"] = 1.into();
+    v["schema"] = 2.into();
     assert!(!check(&v).status.success());
     // Provenance: a pinned profile whose freshness check did not pass, no provenance at all.
     let mut v = good.clone();
     v["profiles"]["bolt"]["freshness_check"] = "stale".into();
-    assert!(stderr(&check(&v)).contains("profiles.bolt.freshness_check"));
+    assert!(stderr(&check(&v)).contains("profiles.bolt: pinned, but its freshness_check"));
+    // Trained in build without a reason, or a top-level provenance its profiles contradict.
+    let mut v = good.clone();
+    v["profiles"]["bolt"]["provenance"] = "trained in build".into();
+    v["profiles"]["bolt"]["freshness_check"] = "trained in build".into();
+    assert!(stderr(&check(&v)).contains("no reason is given"));
+    v["profiles"]["bolt"]["reason"] = "no pinned bolt profile".into();
+    assert!(stderr(&check(&v)).contains("its profiles say otherwise"));
+    v["profiles"]["provenance"] = "trained in build".into();
+    assert!(check(&v).status.success());
     let mut v = good.clone();
     v.as_object_mut().unwrap().remove("profiles");
     assert!(!check(&v).status.success());
