@@ -26,28 +26,41 @@ let
 
   # Only what `cargo build` of the binaries needs (the workspace crates and the patched
   # dependencies they build), so that editing docs, shapes, Nix code or the
-  # crates' tests, examples, fuzz targets and READMEs rebuilds no binary.
-  cargoSource = builtins.path {
-    name = "gateway-workspace-source";
-    path = root;
-    filter = path: type:
-      let
-        rel = builtins.substring (builtins.stringLength (toString root) + 1) (-1) (toString path);
-        parts = builtins.filter builtins.isString (builtins.split "/" rel);
-        top = builtins.head parts;
-        second = if builtins.length parts > 1 then builtins.elemAt parts 1 else "";
-        base = baseNameOf path;
-      in
-      (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer"
-        # Patched dependencies (third_party/README.md).
-        || top == "third_party")
-      && !(builtins.elem second [ "tests" "examples" "fuzz" "target" "README.md" ])
-      && builtins.match ".*\\.py[co]?" base == null;
+  # crates' tests, examples, fuzz targets and READMEs rebuilds no binary. `without` names a member
+  # whose code is left out but for its manifest (cargo loads every member's; offline.nix gives a
+  # member without code a stub target).
+  workspaceSource =
+    { name, without ? null }:
+    builtins.path {
+      inherit name;
+      path = root;
+      filter = path: type:
+        let
+          rel = builtins.substring (builtins.stringLength (toString root) + 1) (-1) (toString path);
+          parts = builtins.filter builtins.isString (builtins.split "/" rel);
+          top = builtins.head parts;
+          second = if builtins.length parts > 1 then builtins.elemAt parts 1 else "";
+          base = baseNameOf path;
+        in
+        (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer"
+          # Patched dependencies (third_party/README.md).
+          || top == "third_party")
+        && !(builtins.elem second [ "tests" "examples" "fuzz" "target" "README.md" ])
+        && !(top == without && rel != without && second != "Cargo.toml")
+        && builtins.match ".*\\.py[co]?" base == null;
+    };
+  cargoSource = workspaceSource { name = "gateway-workspace-source"; };
+  # The gateway's builds do not compile the trainer: editing it rebuilds no gateway stage (the
+  # trainer's own build, the training runs and the checks that run it are rebuilt).
+  gatewaySource = workspaceSource {
+    name = "gateway-build-source";
+    without = "trainer";
   };
 
   toolchain = import ../toolchains/offline.nix ({
     inherit rustToolchain rustRelease;
     src = if src == null then cargoSource else src;
+    packageSrc = package: if src != null then src else if package == "gateway" then gatewaySource else cargoSource;
     vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
   } // toolOverrides);
 in

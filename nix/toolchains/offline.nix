@@ -13,6 +13,9 @@
   vendor,
   # The cargo workspace source (Cargo.toml, Cargo.lock and the member crates).
   src,
+  # The source a build of one package compiles: `src`, or less of it (nix/offline/default.nix
+  # leaves the trainer's code out of the gateway's builds).
+  packageSrc ? (package: src),
   # Directory of Debian's LLVM tools.
   llvmBin ? "/usr/lib/llvm-22/bin",
   llvmProfdata ? "${llvmBin}/llvm-profdata",
@@ -78,9 +81,18 @@ let
         [source.vendored]
         directory = "${vendor}"
         CONFIG
-        cp -r ${src} "$TMPDIR/src"
+        cp -r ${packageSrc package} "$TMPDIR/src"
         chmod -R u+w "$TMPDIR/src"
         cd "$TMPDIR/src"
+        # A member whose code the source leaves out gets a stub target, so that cargo loads the
+        # workspace; `-p ${package}` never builds it.
+        for manifest in */Cargo.toml; do
+          member=''${manifest%/Cargo.toml}
+          if [ "$member" != ${package} ] && [ ! -e "$member/src" ]; then
+            mkdir -p "$member/src"
+            echo 'fn main() {}' > "$member/src/main.rs"
+          fi
+        done
         export PATH="${rustToolchain}/bin:${hostPath}"
         # Panic locations name source files; remapped, the binary references no build input.
         export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${vendor}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
