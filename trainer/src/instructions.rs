@@ -151,6 +151,17 @@ pub fn parse_cachegrind(text: &str) -> Result<Counts> {
     })
 }
 
+/// Loaded minus idle, per request, each counter as it comes: a difference of simulated I1
+/// misses or mispredictions between two runs of different work can be below zero by noise.
+pub fn per_request_signed(idle: Counts, loaded: Counts, requests: u64) -> PerRequest {
+    let d = |l: u64, i: u64| (l as f64 - i as f64) / requests as f64;
+    PerRequest {
+        instructions: d(loaded.instructions, idle.instructions),
+        i1_misses: d(loaded.i1_misses, idle.i1_misses),
+        mispredicted_branches: d(loaded.mispredicted_branches, idle.mispredicted_branches),
+    }
+}
+
 /// Loaded minus idle, per request.
 pub fn per_request(idle: Counts, loaded: Counts, requests: u64) -> Result<PerRequest> {
     let d = |l: u64, i: u64, what: &str| -> Result<f64> {

@@ -107,6 +107,15 @@ pub fn measure(
         };
         let one_event = streams_of(&one, "one-event")?;
         let many_events = streams_of(&many, "many-events")?;
+        if many_events.instructions < one_event.instructions {
+            bail!(
+                "{} streams of {} events counted fewer instructions ({}) than of 1 event ({})",
+                args.streams,
+                args.events,
+                many_events.instructions,
+                one_event.instructions
+            );
+        }
         Ok(StreamMeasurement {
             gateway: gateway.display().to_string(),
             shape: shape.shape.name.clone(),
@@ -116,11 +125,11 @@ pub fn measure(
             idle,
             one_event,
             many_events,
-            per_event: instructions::per_request(
+            per_event: instructions::per_request_signed(
                 one_event,
                 many_events,
                 args.streams * (args.events - 1),
-            )?,
+            ),
             per_one_event_stream: instructions::per_request(idle, one_event, args.streams)?,
         })
     })();
