@@ -6,9 +6,9 @@
 //! the stream's head and its end cancel out. The 1-event run minus the idle run, divided by N, is
 //! the cost of a whole stream of one event (the request, the first event, the terminal events).
 //!
-//! The mock paces its frames (`[[mock:frame_interval_ms:N]]`), so that each event reaches the
-//! gateway in a read of its own, as a model's tokens do; unpaced frames on loopback would be read
-//! several at a time and count the per-read work once for several events.
+//! The mock paces its frames (`[[mock:frame_interval_ms:N]]`), so that events arrive apart, as a
+//! model's tokens do; unpaced frames on loopback can arrive back to back and be read several at
+//! a time, which would count the per-read work once for several events.
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
