@@ -60,8 +60,20 @@ bench_run_legs() {
         *" --shape "*) ;;
         *) for name in "$@"; do shapes+=(--shape "$bench_root/shapes/$name.json"); done ;;
     esac
+    local args arg json_next
     for leg in "${legs[@]}"; do
         echo "== $(bench_leg_name "$leg")"
-        "$trainer" "$subcommand" --gateway "$leg" "${shapes[@]}" ${rest[@]+"${rest[@]}"}
+        # The peer leg writes its JSON beside the gateway's: `--json out.json` -> out.nginx.json.
+        args=()
+        json_next=
+        for arg in ${rest[@]+"${rest[@]}"}; do
+            if [ -n "$json_next" ] && [ "$leg" != "${legs[0]}" ]; then
+                arg="${arg%.json}.nginx.json"
+            fi
+            json_next=
+            [ "$arg" = --json ] && json_next=1
+            args+=("$arg")
+        done
+        "$trainer" "$subcommand" --gateway "$leg" "${shapes[@]}" ${args[@]+"${args[@]}"}
     done
 }
