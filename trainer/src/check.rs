@@ -21,7 +21,20 @@ impl Expect {
     /// The expectation for `body` sent to `dialect` (directives read the same way the mock reads
     /// them; they survive the gateway's translation).
     pub fn for_payload(dialect: Dialect, body: &[u8]) -> Result<Expect, String> {
-        let plan = crate::mock::plan(dialect, body)?;
+        Self::for_payload_and_upstream(dialect, body, None)
+    }
+
+    /// As [`Expect::for_payload`], for a mock started with `--directives` of its own
+    /// (`upstream_directives`, applied after the payload's, as the mock applies them).
+    pub fn for_payload_and_upstream(
+        dialect: Dialect,
+        body: &[u8],
+        upstream_directives: Option<&str>,
+    ) -> Result<Expect, String> {
+        let mut plan = crate::mock::plan(dialect, body)?;
+        if let Some(d) = upstream_directives {
+            plan.apply_directives(d);
+        }
         if plan.tool_call
             || plan.status.is_some()
             || plan.stall

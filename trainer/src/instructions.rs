@@ -151,6 +151,17 @@ pub fn parse_cachegrind(text: &str) -> Result<Counts> {
     })
 }
 
+/// Loaded minus idle, per request, each counter as it comes: a difference of simulated I1
+/// misses or mispredictions between two runs of different work can be below zero by noise.
+pub fn per_request_signed(idle: Counts, loaded: Counts, requests: u64) -> PerRequest {
+    let d = |l: u64, i: u64| (l as f64 - i as f64) / requests as f64;
+    PerRequest {
+        instructions: d(loaded.instructions, idle.instructions),
+        i1_misses: d(loaded.i1_misses, idle.i1_misses),
+        mispredicted_branches: d(loaded.mispredicted_branches, idle.mispredicted_branches),
+    }
+}
+
 /// Loaded minus idle, per request.
 pub fn per_request(idle: Counts, loaded: Counts, requests: u64) -> Result<PerRequest> {
     let d = |l: u64, i: u64, what: &str| -> Result<f64> {
@@ -170,16 +181,36 @@ pub fn per_request(idle: Counts, loaded: Counts, requests: u64) -> Result<PerReq
     })
 }
 
+/// What the mock upstream does in one run beyond what the shape's payload asks for: its own
+/// directives (`[[mock:frames:41]]`), and a name for the run's files.
+#[derive(Clone, Copy, Debug)]
+pub struct Upstream<'a> {
+    pub directives: Option<&'a str>,
+    pub label: &'a str,
+}
+
+/// The shape's payload answered as it asks.
+pub const AS_THE_PAYLOAD_ASKS: Upstream<'static> = Upstream {
+    directives: None,
+    label: "payload",
+};
+
 /// One gateway process under cachegrind serving `requests` requests of `shape` (0: none).
-fn run_once(
+pub fn run_once(
     gateway: &Path,
     shape: &Loaded,
     requests: u64,
     run: &RunArgs,
+    upstream: Upstream,
     scratch: &Path,
 ) -> Result<Counts> {
-    let tag = format!("{}-{requests}", shape.shape.name);
-    let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 1).context("starting the mock")?;
+    let tag = format!("{}-{}-{requests}", shape.shape.name, upstream.label);
+    let mock_opts = crate::mock::MockOptions {
+        directives: upstream.directives.map(str::to_owned),
+        directive_requests: None,
+    };
+    let mock = MockServer::start_opts("127.0.0.1:0".parse().unwrap(), 1, mock_opts)
+        .context("starting the mock")?;
     let mut config = train::gateway_config(
         &shape.shape,
         mock.addr(),
@@ -226,22 +257,18 @@ fn run_once(
     let log = scratch.join(format!("{tag}.gateway.log"));
     let (mut gw, addr) = train::start_gateway(&launch, &config_path, &log, &env)?;
     if requests > 0 {
-        let expect =
-            Arc::new(Expect::for_payload(shape.dialect, &shape.body).map_err(|e| anyhow!("{e}"))?);
+        let expect = Arc::new(
+            Expect::for_payload_and_upstream(shape.dialect, &shape.body, upstream.directives)
+                .map_err(|e| anyhow!("{e}"))?,
+        );
         let req = train::request(&shape.shape, shape.body.clone());
         let mut opts = load::Options::new(addr, run.connections, load::Stop::Total(requests));
         opts.record_latency = false;
         opts.stop_on_failure = true;
         let check: load::Check = Arc::new(move |status, body| expect.check(status, body));
         let outcome = load::run_blocking(&opts, &req, check)?;
-        if outcome.failed > 0 || outcome.ok != requests {
-            bail!(
-                "wrong response: {} of {} requests failed (the first: {}); {}",
-                outcome.failed,
-                outcome.sent,
-                outcome.first_failure.unwrap_or_default(),
-                gw.log_tail()
-            );
+        if let Err(e) = outcome.all_ok(requests) {
+            bail!("wrong response: {e}; {}", gw.log_tail());
         }
     }
     let pid = gw.pid();
@@ -256,6 +283,12 @@ fn run_once(
     parse_cachegrind(&text).with_context(|| format!("reading {}", out.display()))
 }
 
+/// The gateway binary by absolute path: the gateway starts in the scratch directory.
+pub fn absolute_gateway(gateway: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(gateway)
+        .with_context(|| format!("instructions: resolving {}", gateway.display()))
+}
+
 /// One measurement: an idle run and a loaded run.
 pub fn measure(gateway: &Path, shape: &Loaded, run: &RunArgs) -> Result<Measurement> {
     if run.requests == 0 {
@@ -267,13 +300,18 @@ pub fn measure(gateway: &Path, shape: &Loaded, run: &RunArgs) -> Result<Measurem
             run.valgrind.display()
         );
     }
-    // Absolute: the gateway starts in the scratch directory.
-    let gateway = &std::fs::canonicalize(gateway)
-        .with_context(|| format!("instructions: resolving {}", gateway.display()))?;
+    let gateway = &absolute_gateway(gateway)?;
     let scratch = train::tempdir("trainer-instructions")?;
     let result = (|| -> Result<Measurement> {
-        let idle = run_once(gateway, shape, 0, run, &scratch)?;
-        let loaded = run_once(gateway, shape, run.requests, run, &scratch)?;
+        let idle = run_once(gateway, shape, 0, run, AS_THE_PAYLOAD_ASKS, &scratch)?;
+        let loaded = run_once(
+            gateway,
+            shape,
+            run.requests,
+            run,
+            AS_THE_PAYLOAD_ASKS,
+            &scratch,
+        )?;
         Ok(Measurement {
             gateway: gateway.display().to_string(),
             shape: shape.shape.name.clone(),
@@ -322,7 +360,7 @@ pub fn spread_pct(values: &[f64]) -> f64 {
     }
 }
 
-fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
+pub fn write_json(path: &Path, v: &impl Serialize) -> Result<()> {
     let text = serde_json::to_string_pretty(v)? + "\n";
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }

@@ -146,6 +146,19 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// `Err` saying how many failed and why the first did, unless all `requests` passed.
+    pub fn all_ok(&self, requests: u64) -> Result<(), String> {
+        if self.failed > 0 || self.ok != requests {
+            return Err(format!(
+                "{} of {} requests failed (the first: {})",
+                self.failed,
+                self.sent,
+                self.first_failure.as_deref().unwrap_or_default()
+            ));
+        }
+        Ok(())
+    }
+
     /// Completed requests (ok) per second of wall time.
     pub fn rps(&self) -> f64 {
         let s = self.elapsed.as_secs_f64();
@@ -338,6 +351,14 @@ async fn connection(shared: Arc<Shared>) -> ConnStats {
         }
     }
     st
+}
+
+/// One request (`wire`, as [`Request::encode`] makes it) on an open connection, and its complete
+/// response: status and de-chunked body.
+pub async fn request_on(stream: &mut TcpStream, wire: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let (mut buf, mut decoded) = (Vec::with_capacity(16 * 1024), Vec::new());
+    let r = exchange(stream, wire, &mut buf, &mut decoded).await?;
+    Ok((r.status, r.body(&buf).to_vec()))
 }
 
 /// A parsed response, its body located in the connection's buffer.

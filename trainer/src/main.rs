@@ -9,12 +9,14 @@ mod fake_gateway;
 mod holdout;
 mod instructions;
 mod load;
+mod memory;
 mod mock;
 mod pinned;
 mod profiles;
 mod proof;
 mod redis;
 mod shapes;
+mod stream_instructions;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -54,6 +56,13 @@ enum Command {
     /// Fail unless the optimized binary executes fewer instructions per request than plain on
     /// the holdout and board shapes (cachegrind; deterministic verdict).
     InstructionsGate(instructions::GateArgs),
+    /// Instructions per streamed event and per stream of stream shapes (cachegrind, difference
+    /// of streams of many events and of one event).
+    StreamInstructions(stream_instructions::StreamInstructionsArgs),
+    /// Memory per open stream: resident set at many concurrent slow streams above idle.
+    StreamMemory(memory::StreamMemoryArgs),
+    /// Memory per idle client keep-alive connection, before and after one request each.
+    IdleConnections(memory::IdleConnectionsArgs),
     /// Pinned profiles: manifest, verify, freshness check, compare.
     Profile(pinned::ProfileArgs),
 }
@@ -72,6 +81,9 @@ fn main() -> anyhow::Result<()> {
         Command::ProfileCoverage(args) => coverage::profile_run(args),
         Command::Instructions(args) => instructions::run(args),
         Command::InstructionsGate(args) => instructions::gate(args),
+        Command::StreamInstructions(args) => stream_instructions::run(args),
+        Command::StreamMemory(args) => memory::stream_memory(args),
+        Command::IdleConnections(args) => memory::idle_connections(args),
         Command::Profile(args) => pinned::run(args),
     }
 }

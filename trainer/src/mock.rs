@@ -7,7 +7,7 @@
 //! 8), `input_tokens = body_bytes / 4`, `output_tokens = N`. Directives in the last user message
 //! (`[[mock:tool_call]]`, `[[mock:frames:N]]`, `[[mock:status:NNN]]`, `[[mock:fail_mid_stream]]`,
 //! `[[mock:stall]]`, `[[mock:malformed_sse]]`, `[[mock:reset]]`, `[[mock:delay_ms:N]]`,
-//! `[[mock:retry_after:S]]`) change the answer. An instance can also be started with directives
+//! `[[mock:frame_interval_ms:N]]`, `[[mock:retry_after:S]]`) change the answer. An instance can also be started with directives
 //! of its own (`--directives`), applied to every request or to its first N, so that two mocks
 //! behind one alias can be one healthy and one failing deployment. No auth is required; the only
 //! thing recorded is how many requests were served (`GET /mock/requests`).
@@ -27,6 +27,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde::Deserialize;
 use std::borrow::Cow;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -256,6 +257,10 @@ pub enum MockBody {
         yield_next: bool,
         /// After the last frame, fail the body: hyper then drops the connection mid-response.
         abort: bool,
+        /// `[[mock:frame_interval_ms:N]]`: the pause before each frame after the first.
+        interval: std::time::Duration,
+        /// The pause in progress before the next frame.
+        pause: Option<Pin<Box<tokio::time::Sleep>>>,
     },
 }
 
@@ -273,7 +278,22 @@ impl Body for MockBody {
                 frames,
                 yield_next,
                 abort,
+                interval,
+                pause,
             } => {
+                if let Some(p) = pause {
+                    if p.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                    *pause = None;
+                } else if *yield_next && !interval.is_zero() {
+                    *yield_next = false;
+                    let mut p = Box::pin(tokio::time::sleep(*interval));
+                    if p.as_mut().poll(cx).is_pending() {
+                        *pause = Some(p);
+                        return Poll::Pending;
+                    }
+                }
                 if *yield_next {
                     *yield_next = false;
                     cx.waker().wake_by_ref();
@@ -419,6 +439,8 @@ pub fn respond(dialect: Dialect, plan: &Plan) -> Response<MockBody> {
                     frames: vec![half].into_iter(),
                     yield_next: false,
                     abort: true,
+                    interval: std::time::Duration::ZERO,
+                    pause: None,
                 });
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -436,6 +458,8 @@ pub fn respond(dialect: Dialect, plan: &Plan) -> Response<MockBody> {
                 frames: frames.into_iter(),
                 yield_next: false,
                 abort,
+                interval: std::time::Duration::from_millis(plan.frame_interval_ms),
+                pause: None,
             });
             let h = r.headers_mut();
             h.insert(
@@ -685,8 +709,15 @@ mod tests {
         let t = std::time::Instant::now();
         assert!(raw(mock.addr(), "POST", "/v1/messages", slow).starts_with("HTTP/1.1 200"));
         assert!(t.elapsed() >= std::time::Duration::from_millis(150));
+        // Paced frames: 3 content frames of a stream, then the finish frame and [DONE], each 60 ms
+        // after the one before.
+        let paced = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"[[mock:frames:3]][[mock:frame_interval_ms:60]]"}]}"#;
+        let t = std::time::Instant::now();
+        let sse = raw(mock.addr(), "POST", "/v1/chat/completions", paced);
+        assert!(sse.contains("data: [DONE]"), "{sse}");
+        assert!(t.elapsed() >= std::time::Duration::from_millis(4 * 60));
         let count = raw(mock.addr(), "GET", "/mock/requests", "");
-        assert!(count.ends_with(r#"{"requests":4}"#), "{count}");
+        assert!(count.ends_with(r#"{"requests":5}"#), "{count}");
     }
 
     #[test]

@@ -256,7 +256,7 @@ pub fn gateway_config(
         "access_log": { "path": access_log.to_string_lossy() },
     });
     if shape.posture == "keys" {
-        cfg["keys"] = serde_json::json!([{ "id": "trainer", "key_env": CALLER_KEY_ENV }]);
+        with_caller_key(&mut cfg);
     }
     if shape.posture == "multi-deployment" {
         let (kind, provider, model) = if shape.upstream == "anthropic" {
@@ -274,18 +274,28 @@ pub fn gateway_config(
         ] });
     }
     if shape.posture == "rate-limited" || shape.posture == "shared-limits" {
-        // High limits that training never reaches: the quota path runs on every request.
-        cfg["limits"] = serde_json::json!({
-            "models": {
-                shape.model.clone(): {
-                    "requests_per_minute": 1_000_000_000u64,
-                    "tokens_per_minute": 1_000_000_000_000u64,
-                    "max_concurrent": 100_000
-                }
-            }
-        });
+        with_unreached_limits(&mut cfg, &shape.model);
     }
     cfg
+}
+
+/// The `keys` posture: one caller key ([`CALLER_KEY`]), which every request must present.
+pub fn with_caller_key(cfg: &mut serde_json::Value) {
+    cfg["keys"] = serde_json::json!([{ "id": "trainer", "key_env": CALLER_KEY_ENV }]);
+}
+
+/// The `rate-limited` posture: a policy for `model` with limits far above what training and the
+/// benches send, so the quota path runs on every request without ever refusing one.
+pub fn with_unreached_limits(cfg: &mut serde_json::Value, model: &str) {
+    cfg["limits"] = serde_json::json!({
+        "models": {
+            model: {
+                "requests_per_minute": 1_000_000_000u64,
+                "tokens_per_minute": 1_000_000_000_000u64,
+                "max_concurrent": 100_000
+            }
+        }
+    });
 }
 
 /// The environment variable the `keys` posture's caller key is read from, and the key.
@@ -644,14 +654,8 @@ fn train_shape(
     let e = expect.clone();
     let check: load::Check = Arc::new(move |status, body| e.check(status, body));
     let outcome = load::run_blocking(&opts, &req, check)?;
-    if outcome.failed > 0 || outcome.ok != requests {
-        let first = outcome.first_failure.unwrap_or_default();
-        bail!(
-            "wrong response: {} of {} requests failed (the first: {first}); {}",
-            outcome.failed,
-            outcome.sent,
-            gw.log_tail()
-        );
+    if let Err(e) = outcome.all_ok(requests) {
+        bail!("wrong response: {e}; {}", gw.log_tail());
     }
     if redis.is_some() {
         let metrics = printed_addr(&log, "metrics listening on ").with_context(|| {

@@ -12,7 +12,7 @@ pub const GREETING: &str = "Hello from the mock upstream.";
 pub const DEFAULT_FRAMES: usize = 8;
 /// Upper bound on `[[mock:frames:N]]`.
 pub const MAX_FRAMES: usize = 100_000;
-/// Upper bound on `[[mock:delay_ms:N]]` (ten minutes).
+/// Upper bound on `[[mock:delay_ms:N]]` (ten minutes) and on `[[mock:frame_interval_ms:N]]`.
 pub const MAX_DELAY_MS: u64 = 600_000;
 /// Name of the tool the mock calls with `[[mock:tool_call]]`.
 pub const TOOL_NAME: &str = "get_weather";
@@ -54,6 +54,9 @@ pub struct Plan {
     pub reset: bool,
     /// Wait this long before answering.
     pub delay_ms: u64,
+    /// Streams: wait this long before each SSE frame after the first, as a model's tokens arrive
+    /// (a slow stream keeps its connections open; paced frames reach the gateway one per read).
+    pub frame_interval_ms: u64,
     /// `retry-after` (seconds) on a status answer.
     pub retry_after: Option<u64>,
     pub input_tokens: u64,
@@ -74,6 +77,7 @@ impl Plan {
             malformed_sse: false,
             reset: false,
             delay_ms: 0,
+            frame_interval_ms: 0,
             retry_after: None,
             input_tokens: (body_len / 4) as u64,
         }
@@ -105,6 +109,11 @@ impl Plan {
                 Some(("delay_ms", n)) => {
                     if let Ok(n) = n.trim().parse::<u64>() {
                         self.delay_ms = n.min(MAX_DELAY_MS);
+                    }
+                }
+                Some(("frame_interval_ms", n)) => {
+                    if let Ok(n) = n.trim().parse::<u64>() {
+                        self.frame_interval_ms = n.min(MAX_DELAY_MS);
                     }
                 }
                 Some(("retry_after", n)) => {
