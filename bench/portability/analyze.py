@@ -108,10 +108,19 @@ def cmd_bolt_report(log_path, fdata_path, syms_path):
     log = open(log_path, encoding="utf-8", errors="replace").read()
     m = re.search(r"(\d+) out of (\d+) functions in the binary \(([\d.]+)%\) have non-empty execution profile", log)
     profiled, total = (int(m.group(1)), int(m.group(2))) if m else (None, None)
-    m = re.search(r"(\d+) \(([\d.]+)% of all profiled\) functions have invalid \(possibly stale\) profile", log) \
-        or re.search(r"(\d+) (?:\([^)]*\) )?functions have invalid \(possibly stale\) profile", log)
+    # "1 (0.1% of all profiled) function have ..." / "N (...) functions have ...".
+    m = re.search(r"(\d+) (?:\([^)]*\) )?functions? have invalid \(possibly stale\) profile", log)
     stale = int(m.group(1)) if m else 0
     stale_lines = [l for l in log.splitlines() if "stale" in l.lower() or "invalid" in l.lower()]
+    # -report-stale lists them, indented, after "Functions with stale profile:".
+    lines = log.splitlines()
+    stale_names = []
+    for i, l in enumerate(lines):
+        if "Functions with stale profile:" in l:
+            for l2 in lines[i + 1:]:
+                if not l2.startswith("  "):
+                    break
+                stale_names.append(l2.strip())
     # Symbols of the binary: local FUNC symbols are what BOLT names NAME/N in an fdata file.
     local, glob = set(), set()
     for l in open(syms_path, encoding="utf-8", errors="replace"):
@@ -138,7 +147,7 @@ def cmd_bolt_report(log_path, fdata_path, syms_path):
             return base in local
         return name in glob
     missing = sorted(n for n in funcs if not found(n))
-    print(json.dumps({"profiled": profiled, "binary_functions": total, "stale": stale,
+    print(json.dumps({"profiled": profiled, "binary_functions": total, "stale": stale, "stale_names": stale_names,
                       "stale_lines": stale_lines[:20], "fdata_functions": len(funcs),
                       "fdata_unmatched": missing,
                       "unmatched_counts": sum(counts.get(n, 0) for n in missing),
