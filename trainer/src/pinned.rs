@@ -277,8 +277,9 @@ const KEY_TOOLCHAIN_FIELDS: &[&str] = &[
     "target",
 ];
 
-/// This build's key: the toolchain part of versions.json and the codegen settings.
-pub fn build_key(k: &KeyArgs) -> Result<Value> {
+/// This build's key and its versions.json: the key is the toolchain part of versions.json and
+/// the codegen settings.
+pub fn build_key(k: &KeyArgs) -> Result<(Value, Value)> {
     let versions = read_json(&k.versions, "toolchain versions")?;
     let codegen = read_json(&k.codegen, "codegen key")?;
     let mut key = serde_json::Map::new();
@@ -300,7 +301,7 @@ pub fn build_key(k: &KeyArgs) -> Result<Value> {
         );
     }
     key.insert("codegen".into(), codegen);
-    Ok(Value::Object(key))
+    Ok((Value::Object(key), versions))
 }
 
 /// Where the profiles of a key are pinned under profiles/: `<target>/rust-<release>/<kind>`.
@@ -346,8 +347,7 @@ fn key_differences(pinned: &Value, this: &Value) -> Vec<String> {
 fn write_manifest(a: &ManifestArgs) -> Result<()> {
     let profile = Profile::read(a.kind, &a.profile)?;
     let training = read_json(&a.training, "training manifest")?;
-    let versions = read_json(&a.key.versions, "toolchain versions")?;
-    let key = build_key(&a.key)?;
+    let (key, versions) = build_key(&a.key)?;
     if training.get("profile_kind").and_then(Value::as_str) != Some(a.kind.name()) {
         bail!(
             "profile manifest: the training manifest is not of a {} training",
@@ -450,7 +450,7 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
             file.display()
         )));
     }
-    let this_key = build_key(&a.key)?;
+    let (this_key, versions) = build_key(&a.key)?;
     let differences = key_differences(&m["key"], &this_key);
     if !differences.is_empty() {
         bail!(
@@ -458,7 +458,6 @@ pub fn verify(a: &VerifyArgs) -> Result<Value> {
             differences.join("; ")
         );
     }
-    let versions = read_json(&a.key.versions, "toolchain versions")?;
     let tool = match a.kind {
         Kind::Llvm => "llvm_profdata",
         Kind::Bolt => "llvm_bolt",
@@ -539,16 +538,20 @@ pub struct BoltFit {
     pub profiled: Option<(u64, u64)>,
 }
 
+/// The first five of `names`, comma-separated, with ", ..." when there are more: how every
+/// message of this module names the functions it is about.
+fn first_names<S: AsRef<str>>(names: &[S]) -> String {
+    let shown: Vec<&str> = names.iter().take(5).map(AsRef::as_ref).collect();
+    let more = if names.len() > shown.len() {
+        ", ..."
+    } else {
+        ""
+    };
+    format!("{}{more}", shown.join(", "))
+}
+
 impl BoltFit {
     pub fn describe(&self) -> String {
-        let list = |v: &[String]| {
-            let shown: Vec<&str> = v.iter().take(5).map(String::as_str).collect();
-            format!(
-                "{}{}",
-                shown.join(", "),
-                if v.len() > shown.len() { ", ..." } else { "" }
-            )
-        };
         let mut parts = Vec::new();
         if let Some((n, m)) = self.profiled {
             parts.push(format!("llvm-bolt profiles {n} of {m} functions"));
@@ -557,21 +560,21 @@ impl BoltFit {
             parts.push(format!(
                 "{} profiled function(s) whose code changed (llvm-bolt: invalid, possibly stale profile): {}",
                 self.stale.len(),
-                list(&self.stale)
+                first_names(&self.stale)
             ));
         }
         if !self.missing.is_empty() {
             parts.push(format!(
                 "{} profiled function(s) this PGO binary lacks: {}",
                 self.missing.len(),
-                list(&self.missing)
+                first_names(&self.missing)
             ));
         }
         if !self.allowed.is_empty() {
             parts.push(format!(
                 "{} C runtime/builtin function(s) unmatched, allowed: {}",
                 self.allowed.len(),
-                list(&self.allowed)
+                first_names(&self.allowed)
             ));
         }
         if self.stale.is_empty() && self.missing.is_empty() {
@@ -677,17 +680,7 @@ fn check(a: &CheckArgs) -> Result<()> {
             .any(|p| p.functions.get(name).is_some_and(|f| f.total() > 0))
     };
     let listed = |what: &str, names: &[&String]| {
-        let shown: Vec<&str> = names.iter().take(5).map(|n| n.as_str()).collect();
-        format!(
-            "{} function(s) {what}: {}{}",
-            names.len(),
-            shown.join(", "),
-            if names.len() > shown.len() {
-                ", ..."
-            } else {
-                ""
-            }
-        )
+        format!("{} function(s) {what}: {}", names.len(), first_names(names))
     };
     if a.kind == Kind::Llvm {
         let (changed_hot, changed_cold): (Vec<&String>, Vec<&String>) =
@@ -854,14 +847,6 @@ fn use_diagnostics(a: &UseDiagnosticsArgs) -> Result<()> {
             UseWarning::Unprofiled(n) => unprofiled.push(n),
         }
     }
-    let list = |v: &[&str]| {
-        let shown: Vec<&str> = v.iter().take(5).copied().collect();
-        format!(
-            "{}{}",
-            shown.join(", "),
-            if v.len() > shown.len() { ", ..." } else { "" }
-        )
-    };
     eprintln!(
         "profile-use diagnostics: {} hash mismatch(es) of functions the profile has counts for, {} of functions it has none for (allowed: never trained), {} function(s) without profile data (new: the training check fails if training runs them)",
         hot.len(),
@@ -873,14 +858,14 @@ fn use_diagnostics(a: &UseDiagnosticsArgs) -> Result<()> {
         ("without profile data", &unprofiled),
     ] {
         if !v.is_empty() {
-            eprintln!("  {what}: {}", list(v));
+            eprintln!("  {what}: {}", first_names(v));
         }
     }
     if !hot.is_empty() {
         bail!(
             "the LLVM profile is stale: {} function(s) it has counts for changed their control flow since training (hash mismatch): {}; refresh it with `{}` and commit profiles/",
             hot.len(),
-            list(&hot),
+            first_names(&hot),
             a.refresh_command
         );
     }
@@ -933,7 +918,7 @@ mod tests {
         .unwrap();
         let manifest = json!({
             "schema": MANIFEST_SCHEMA, "kind": "llvm", "system": "x86_64-linux", "provider": "p",
-            "key": build_key(&k).unwrap(),
+            "key": build_key(&k).unwrap().0,
             "toolchain": versions("p", "rustc 1.95.0 (x)", "22.1.8"),
             "sha256": hex(&Sha256::digest(PROFILE.as_bytes())),
         });
