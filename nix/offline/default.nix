@@ -50,8 +50,10 @@ let
         && builtins.match ".*\\.py[co]?" base == null;
     };
   cargoSource = workspaceSource { name = "gateway-workspace-source"; };
-  # The gateway's builds do not compile the trainer: editing it rebuilds no gateway stage (the
-  # trainer's own build, the training runs and the checks that run it are rebuilt).
+  # The gateway's builds do not compile the trainer: editing it rebuilds neither the plain nor the
+  # instrumented build. The stages that run the trainer are rebuilt (its build, the training runs,
+  # the profile stages that verify with it), and so is the PGO build, which reads the LLVM profile
+  # stage's output.
   gatewaySource = workspaceSource {
     name = "gateway-build-source";
     without = "trainer";
