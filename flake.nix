@@ -47,15 +47,42 @@
         let
           pkgs = nixpkgs.legacyPackages.${system};
 
-          toolchain = import ./nix/toolchains/nixpkgs.nix {
-            inherit
-              pkgs
-              crane
-              fenix
-              system
-              ;
-            src = ./.;
-          };
+          # The provider and the stage chain for this system's own target, or (crossSystem) for
+          # another system's, built here. Both read the profiles pinned for their target and Rust
+          # release under profiles/, the offline chain's too.
+          providerFor =
+            crossSystem:
+            import ./nix/toolchains/nixpkgs.nix (
+              {
+                inherit
+                  pkgs
+                  crane
+                  fenix
+                  system
+                  ;
+                src = ./.;
+              }
+              // (
+                if crossSystem == null then
+                  { }
+                else
+                  {
+                    inherit crossSystem;
+                    targetPkgs = nixpkgs.legacyPackages.${crossSystem};
+                  }
+              )
+            );
+          chainOf =
+            toolchain: refreshCommand:
+            import ./nix/pipeline.nix {
+              inherit toolchain shapes refreshCommand;
+              pinned = import ./nix/pinned-profiles.nix {
+                profiles = ./profiles;
+                inherit (toolchain) target rustRelease;
+              };
+            };
+
+          toolchain = providerFor null;
           inherit (toolchain.extras) craneLib checkArgs depsArgs;
 
           shapes = builtins.path {
@@ -63,17 +90,20 @@
             path = ./shapes;
           };
 
-          pipeline = import ./nix/pipeline.nix {
-            inherit toolchain shapes;
-            # Keyed by target and Rust release, not by provider: the offline chain's profiles.
-            pinned = import ./nix/pinned-profiles.nix {
-              profiles = ./profiles;
-              inherit (toolchain) target rustRelease;
-            };
-            refreshCommand = "nix run .#refresh-profiles";
-          };
+          pipeline = chainOf toolchain "nix run .#refresh-profiles";
 
           inherit (pipeline) gateway-pgo-bolt trainer;
+
+          # The aarch64 chain from the x86_64 builder: the same stages for the aarch64 target,
+          # built with fenix's aarch64 rust-std of the same release and nixpkgs' cross cc, trained
+          # under nixpkgs' emulator for aarch64 (qemu-user), and reading the same pinned aarch64
+          # profiles as the offline chain (profiles/aarch64-unknown-linux-gnu/rust-<release>).
+          # The native aarch64-linux system builds the same target without emulation.
+          crossPipeline =
+            if system == "x86_64-linux" then
+              chainOf (providerFor "aarch64-linux") "nix run .#refresh-profiles -- --aarch64"
+            else
+              null;
 
           # The released image: the PGO+BOLT gateway (its proof marker rides along in the closure),
           # run as nobody with the config mounted at /etc/gateway/config.json.
@@ -108,7 +138,13 @@
               ;
             inherit gateway-oci;
             default = gateway-pgo-bolt;
-          };
+          }
+          // (
+            if crossPipeline != null then
+              { gateway-pgo-bolt-aarch64 = crossPipeline.gateway-pgo-bolt; }
+            else
+              { }
+          );
 
           # Dependencies of the workspace for test and clippy (host build, dev profile, dev-deps).
           checkDeps = craneLib.buildDepsOnly (checkArgs // depsArgs);
@@ -184,7 +220,13 @@
               exit 1
             fi
             pipeline=".#legacyPackages.${system}.pipeline"
-            trainer=${trainer}/bin/trainer
+            ${if crossPipeline != null then ''
+              # --aarch64: the aarch64 chain of this builder (trained under qemu-user).
+              if [ "''${1:-}" = --aarch64 ]; then
+                pipeline=".#legacyPackages.${system}.pipeline-aarch64"
+                shift
+              fi
+            '' else ""}            trainer=${trainer}/bin/trainer
             echo "refresh-profiles: training the LLVM profile (gateway-profile-fresh)" >&2
             fresh=$(nix build --no-link --print-out-paths "$pipeline.gateway-profile-fresh" "$@")
             "$trainer" profile pin --fresh "$fresh" --profiles profiles
@@ -242,6 +284,7 @@
             pkgs
             toolchain
             pipeline
+            crossPipeline
             packages
             checks
             devShell
@@ -261,10 +304,14 @@
 
       # Every stage (gateway-training, gateway-bolt-training, ...) and the provider, per system:
       # `nix build .#pipeline.gateway-training`, `nix build .#pipeline.versions`.
-      legacyPackages = builtins.mapAttrs (_: s: {
-        inherit (s) pipeline;
-        toolchain-versions = s.toolchain.versions;
-      }) all;
+      legacyPackages = builtins.mapAttrs (
+        _: s:
+        {
+          inherit (s) pipeline;
+          toolchain-versions = s.toolchain.versions;
+        }
+        // (if s.crossPipeline != null then { pipeline-aarch64 = s.crossPipeline; } else { })
+      ) all;
 
       # Hydra: one job per package and check per system (`packages.aarch64-linux.gateway-pgo-bolt`),
       # and the release rule: `release.<system>` fails unless the artifact's profiles are pinned
@@ -273,6 +320,9 @@
         packages = per "packages";
         checks = per "checks";
         release = builtins.mapAttrs (_: s: s.pipeline.release-check) all;
+        # The aarch64 artifact built on x86_64 (packages.x86_64-linux.gateway-pgo-bolt-aarch64),
+        # under the same release rule.
+        release-aarch64-from-x86_64 = all.x86_64-linux.crossPipeline.release-check;
       };
 
       nixosModules.default =

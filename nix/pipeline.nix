@@ -39,6 +39,17 @@
 let
   stages = import ./stages { inherit toolchain; };
 
+  # A cross chain: the target's binaries run on this builder only through the toolchain's
+  # emulator (nix/stages/emulated.nix), the trainer is built for the builder, and the gates that
+  # time or count the binaries natively (holdout, instructions) are not defined.
+  cross = (toolchain.emulator or null) != null;
+  notOnTheBuilder =
+    attr:
+    throw "${attr} measures the ${toolchain.target} binaries natively, which this builder cannot run (docs/aarch64.md: instructions under emulation)";
+  runnable =
+    name: gateway:
+    if cross then stages.emulated { name = "${name}-emulated"; inherit gateway; } else gateway;
+
   # Linker flag of the stages BOLT rewrites: `--emit-relocs` keeps the relocations it needs.
   emitRelocs = "-Clink-args=-Wl,--emit-relocs";
 
@@ -99,7 +110,8 @@ rec {
     inherit features;
   };
 
-  trainer = toolchain.buildPackage { pname = "trainer"; package = "trainer"; rustflags = ""; };
+  trainer = toolchain.buildPackage ({ pname = "trainer"; package = "trainer"; rustflags = ""; }
+    // (if cross then { forHost = true; } else { }));
 
   # The coverage gate: every request path and posture the gateway lists has a training
   # shape, and every shape names one it serves. The artifact and the fresh profiles depend on it.
@@ -108,7 +120,7 @@ rec {
       coverage
     else
       stages.coverage {
-        gateway = gateway-instrumented;
+        gateway = runnable "gateway-instrumented" gateway-instrumented;
         inherit trainer shapes;
       };
 
@@ -137,7 +149,7 @@ rec {
   gateway-training = trainingCheck {
     name = "gateway-training";
     kind = "llvm";
-    gateway = gateway-instrumented;
+    gateway = runnable "gateway-instrumented" gateway-instrumented;
     profile = gateway-profile;
     minOverlap = llvmMinOverlap;
   };
@@ -161,7 +173,7 @@ rec {
   gateway-bolt-training = trainingCheck {
     name = "gateway-bolt-training";
     kind = "bolt";
-    gateway = gateway-bolt-instrumented;
+    gateway = runnable "gateway-bolt-instrumented" gateway-bolt-instrumented;
     profile = gateway-bolt-profile;
     minOverlap = boltMinOverlap;
   };
@@ -195,7 +207,7 @@ rec {
   gateway-profile-fresh = stages.fresh-profile {
     name = "gateway-profile-fresh";
     kind = "llvm";
-    gateway = gateway-instrumented;
+    gateway = runnable "gateway-instrumented" gateway-instrumented;
     coverage = gateway-coverage;
     inherit trainer shapes versions codegenKey;
   };
@@ -203,7 +215,7 @@ rec {
   gateway-bolt-profile-fresh = stages.fresh-profile {
     name = "gateway-bolt-profile-fresh";
     kind = "bolt";
-    gateway = gateway-bolt-instrumented;
+    gateway = runnable "gateway-bolt-instrumented" gateway-bolt-instrumented;
     pgo = gateway-pgo;
     coverage = gateway-coverage;
     inherit trainer shapes versions codegenKey;
@@ -211,7 +223,7 @@ rec {
 
   # Not part of the artifact: the gates that the optimized build is faster on held-out work.
   # Instructions per request under cachegrind: deterministic, for every machine.
-  holdout-instructions = stages.instructions-gate {
+  holdout-instructions = if cross then notOnTheBuilder "holdout-instructions" else stages.instructions-gate {
     plain = gateway;
     optimized = gateway-pgo-bolt;
     minReduction = minInstructionReduction;
@@ -219,7 +231,7 @@ rec {
   };
 
   # Wall-clock bench: for benchmark builders only.
-  holdout = stages.holdout {
+  holdout = if cross then notOnTheBuilder "holdout" else stages.holdout {
     plain = gateway;
     optimized = gateway-pgo-bolt;
     inherit trainer shapes;

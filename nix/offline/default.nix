@@ -1,6 +1,6 @@
 # Entry point of the offline provider (driven by nix/offline/build): the whole stage chain with
 # Debian's LLVM/BOLT and the host rustup toolchain, evaluable by Nix 2.8 without nixpkgs.
-{
+args@{
   # Absolute path of the rustup toolchain (see nix/offline/build, which finds it).
   rustToolchain,
   # Its Rust release (`rustc -vV`'s release: "1.95.0"): the pinned profiles are looked up by it.
@@ -20,6 +20,11 @@
   shapes ? null,
   # The instrumented build linked with fat LTO (nix/pipeline.nix), for bench/chain-cost.
   instrumentedFatLto ? false,
+  # The target of the chain: the builder's own, or aarch64-unknown-linux-gnu, built with the
+  # cross linker and trained under qemu-user (crossTools below; nix/offline/aarch64-setup installs
+  # them). The top level also has the aarch64 chain as `aarch64` and its artifact as
+  # `gateway-pgo-bolt-aarch64`.
+  target ? "x86_64-unknown-linux-gnu",
 }:
 let
   root = ../..;
@@ -59,14 +64,30 @@ let
     without = "trainer";
   };
 
+  # What a cross target needs besides the toolchain (nix/offline/aarch64-setup installs each): its
+  # linker, the emulator that runs its binaries here and BOLT's instrumentation runtime of its
+  # architecture (Debian's libbolt-22-dev:arm64, unpacked under /opt/bolt-aarch64: the x86_64
+  # runtime cannot be linked into an aarch64 binary). With only the cross libc installed (no
+  # libc6:arm64), qemu gets the guest's libraries from the cross sysroot; with libc6:arm64 it must
+  # not (threaded programs hang: docs/aarch64.md).
+  crossTools = {
+    "aarch64-unknown-linux-gnu" = {
+      crossLinker = "/usr/bin/aarch64-linux-gnu-gcc";
+      emulator =
+        "/usr/bin/qemu-aarch64-static"
+        + (if builtins.pathExists /lib/ld-linux-aarch64.so.1 then "" else " -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib");
+      boltRuntimeLib = "/opt/bolt-aarch64/usr/lib/llvm-22/lib/libbolt_rt_instr.a";
+    };
+  };
+
   toolchain = import ../toolchains/offline.nix ({
-    inherit rustToolchain rustRelease;
+    inherit rustToolchain rustRelease target;
     src = if src == null then cargoSource else src;
     packageSrc = package: if src != null then src else if package == "gateway" then gatewaySource else cargoSource;
     vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
-  } // toolOverrides);
-in
-import ../pipeline.nix {
+  } // (crossTools.${target} or { }) // toolOverrides);
+
+  chain = import ../pipeline.nix {
   inherit toolchain instrumentedFatLto;
   pinned =
     if pinned != null then
@@ -78,4 +99,15 @@ import ../pipeline.nix {
       };
   shapes = if shapes != null then shapes else builtins.path { name = "shapes"; path = root + "/shapes"; };
   refreshCommand = "nix/offline/refresh-profiles";
-}
+  };
+
+  # The aarch64 chain beside the builder's own (same arguments, another target).
+  aarch64 = import ./default.nix (args // { target = "aarch64-unknown-linux-gnu"; });
+in
+if target == "x86_64-unknown-linux-gnu" then
+  chain // {
+    inherit aarch64;
+    gateway-pgo-bolt-aarch64 = aarch64.gateway-pgo-bolt;
+  }
+else
+  chain

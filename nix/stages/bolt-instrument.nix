@@ -12,6 +12,14 @@ toolchain.runStage {
     [ -s ${versions}/versions.json ] || fail "no toolchain versions"
     runtime=${toolchain.tools.boltRuntimeLib}
     [ -f "$runtime" ] || fail "BOLT runtime library $runtime not found"
+    # The runtime is linked into the binary: it must be of the binary's architecture (the
+    # x86_64 one given for an aarch64 build would fail only after a full rewrite, in BOLT's words).
+    machine() { ${toolchain.tools.readelf} -h "$1" | sed -n 's/^ *Machine: *//p' | head -n1; }
+    runtime_machine=$(machine "$runtime")
+    binary_machine=$(machine ${pgo}/bin/gateway)
+    [ -n "$binary_machine" ] || fail "cannot read the ELF machine of ${pgo}/bin/gateway"
+    [ "$runtime_machine" = "$binary_machine" ] \
+      || fail "BOLT runtime library $runtime is for '$runtime_machine', but the binary is for '$binary_machine': give the runtime of the target's architecture"
     # BOLT bakes the fdata path into the binary. A relative one is opened in the working
     # directory of the process at exit, which the trainer sets to the profile directory it
     # chose: nothing here depends on this sandbox's build directory, so the binary trains

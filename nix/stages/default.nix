@@ -5,6 +5,7 @@ let
 in
 {
   coverage = stage ./coverage.nix;
+  emulated = stage ./emulated.nix;
   instrumented = stage ./instrumented.nix;
   training-check = stage ./training-check.nix;
   fresh-profile = stage ./fresh-profile.nix;

@@ -27,6 +27,11 @@ let
     pgoDiagnostics = true;
     inherit features;
   };
+  nm = toolchain.tools.llvmNm;
+  objcopy = toolchain.tools.llvmObjcopy;
+  # The longest symbol name left as it is (BOLT's runtime aborted on names of 1,000 and more on
+  # aarch64 and wrote 846; half of that leaves room).
+  maxSymbolLength = 512;
 in
 toolchain.runStage {
   name = "gateway-pgo";
@@ -43,7 +48,22 @@ toolchain.runStage {
     grep -q ' \.rela\.text ' sections.txt \
       || fail "the PGO build has no .rela.text: --emit-relocs did not reach the linker"
     mkdir -p "$out/bin" "$out/share/gateway"
-    cp ${build}/bin/gateway "$out/bin/gateway"
+    # BOLT's instrumentation runtime writes each function name into a fixed buffer at exit and
+    # aborts on a long one ("function name too large": seen on aarch64, where a redis parser
+    # future's drop glue is instrumented; the same names are in the x86_64 binary). Symbols over
+    # ${toString maxSymbolLength} characters are renamed, deterministically, to a digest of the name, in the binary
+    # both BOLT stages start from; the old and new names ship in share/gateway/renamed-symbols.txt.
+    ${nm} -j --defined-only ${build}/bin/gateway > symbols.txt \
+      || fail "cannot list the symbols of the PGO build"
+    awk 'length($0) > ${toString maxSymbolLength}' symbols.txt | LC_ALL=C sort -u > long-symbols.txt
+    while read -r name; do
+      printf '%s _bolt_long_%s\n' "$name" "$(printf %s "$name" | sha256sum | cut -c1-16)"
+    done < long-symbols.txt > "$out/share/gateway/renamed-symbols.txt"
+    ${objcopy} --redefine-syms="$out/share/gateway/renamed-symbols.txt" ${build}/bin/gateway "$out/bin/gateway" \
+      || fail "llvm-objcopy could not rename the long symbols of the PGO build"
+    ${nm} -j --defined-only "$out/bin/gateway" | awk 'length($0) > ${toString maxSymbolLength} { found = 1 } END { exit !found }' \
+      && fail "symbols over ${toString maxSymbolLength} characters remain in the PGO build after renaming"
+    echo "stage $stage: $(wc -l < "$out/share/gateway/renamed-symbols.txt") symbols over ${toString maxSymbolLength} characters renamed"
     cp ${profile}/manifest.json "$out/share/gateway/pgo-manifest.json"
   '';
 }

@@ -163,6 +163,23 @@ let
     '';
     applied = "if buf.len() == usize::MAX";
   };
+
+  # The aarch64 chain (cross, trained under qemu-user), with tool overrides.
+  aarch64Args = args // { target = "aarch64-unknown-linux-gnu"; };
+  aarch64 = import ../offline/default.nix aarch64Args;
+  aarch64With = toolOverrides: import ../offline/default.nix (aarch64Args // { inherit toolOverrides; });
+
+  # A small aarch64 program linked with relocations, in place of the aarch64 PGO build where a
+  # case is about a tool and not about the gateway (no 30-minute cross build for it).
+  tinyAarch64 = aarch64.toolchain.runStage {
+    name = "tiny-program";
+    script = ''
+      mkdir -p "$out/bin"
+      printf 'int main(int argc, char **argv) { return argc > 5; }\n' > main.c
+      /usr/bin/aarch64-linux-gnu-gcc -O1 -Wl,--emit-relocs -o "$out/bin/gateway" main.c \
+        || fail "cannot link the aarch64 program"
+    '';
+  };
 in
 {
   # Training a binary without instrumentation leaves no profraw: the training check fails.
@@ -313,4 +330,40 @@ in
   # gateway's are (a path crate's lints are not capped), so the PGO stage fails the same way.
   hyper-function-edited-without-refresh =
     (import ../offline/default.nix (args // { src = hyperFunctionEdited; })).gateway-pgo;
+
+  # aarch64: BOLT's x86_64 runtime given for the aarch64 binary. The stage refuses it by the
+  # runtime's ELF machine before BOLT links it in.
+  aarch64-bolt-with-x86_64-runtime =
+    (aarch64With { boltRuntimeLib = "/usr/lib/llvm-22/lib/libbolt_rt_instr.a"; }).stages.bolt-instrument {
+      pgo = tinyAarch64;
+      inherit (aarch64) versions;
+    };
+
+  # aarch64: no emulator. The toolchain check fails before any build, and so does the stage that
+  # wraps a gateway for training, whatever binfmt_misc on the builder would do.
+  aarch64-without-emulator = (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).versions;
+  aarch64-training-without-emulator =
+    (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).stages.emulated {
+      name = "gateway-instrumented-emulated";
+      gateway = tinyAarch64;
+    };
+
+  # aarch64: the pinned profiles of the other target (x86_64's) given to the aarch64 chain: the
+  # profile stage refuses them by their key's target before the PGO build.
+  aarch64-profile-of-other-target =
+    (import ../offline/default.nix (aarch64Args // { pinned = chain.pinned; })).gateway-profile;
+
+  # aarch64, with the aarch64 plain build (a 15-minute cross build: the aarch64 CI job): an
+  # emulated training run of a binary without instrumentation leaves no profile.
+  aarch64-training-without-profile = aarch64.stages.training-check {
+    name = "gateway-training";
+    kind = "llvm";
+    gateway = aarch64.stages.emulated {
+      name = "gateway-emulated";
+      gateway = aarch64.gateway;
+    };
+    pinned = aarch64.gateway-profile-fresh;
+    minOverlap = aarch64.thresholds.llvmMinOverlap;
+    inherit (aarch64) trainer shapes refreshCommand;
+  };
 }

@@ -142,6 +142,16 @@ let
           };
         };
       valgrind = pkg "valgrind";
+      qemu-user = pkg "qemu-user";
+      # nixpkgs' cross package set: its cc links for aarch64 (a prefixed driver), and its host
+      # platform's emulator, given the build platform's packages, is a qemu-user binary.
+      pkgsCross.aarch64-multiplatform.stdenv = {
+        cc = pkg "aarch64-unknown-linux-gnu-gcc-wrapper" // {
+          targetPrefix = "aarch64-unknown-linux-gnu-";
+          bintools.dynamicLinker = "${pkg "glibc-aarch64"}/lib/ld-linux-aarch64.so.1";
+        };
+        hostPlatform.emulator = buildPackages: "${buildPackages.qemu-user}/bin/qemu-aarch64";
+      };
       llvmPackages_22 = {
         bolt = pkg "bolt-22";
         llvm = pkg "llvm-22";
@@ -256,6 +266,32 @@ let
   # toolchain of the fenix revision instead fails to evaluate.
   fakeFenix = {
     packages = genAttrs systems (system: {
+      # `combine` joins components into one toolchain; `targets.<triple>.fromToolchainName` gives
+      # that target's components of a release (only rust-std is used).
+      combine =
+        parts:
+        fakeDrv {
+          kind = "fenix-combined";
+          name = "rust-mixed";
+          inherit system;
+          recorded = {
+            inherit parts;
+          };
+        };
+      targets = genAttrs (builtins.attrValues triples) (triple: {
+        fromToolchainName =
+          { name, sha256 }:
+          {
+            rust-std = fakeDrv {
+              kind = "fenix-component";
+              name = "rust-std-${triple}-${name}";
+              inherit system;
+              recorded = {
+                inherit name sha256 triple;
+              };
+            };
+          };
+      });
       fromToolchainName =
         { name, sha256 }:
         {
@@ -721,6 +757,103 @@ let
       ))
     ];
 
+  # ---- the aarch64 chain from the x86_64 builder ---------------------------------------------
+
+  crossChecks =
+    let
+      C = outputs.legacyPackages.x86_64-linux.pipeline-aarch64;
+      N = outputs.legacyPackages.x86_64-linux.pipeline;
+      tc = C.toolchain;
+      x86 = fakeNixpkgs.legacyPackages.x86_64-linux;
+      arm = fakeNixpkgs.legacyPackages.aarch64-linux;
+      crossCc = x86.pkgsCross.aarch64-multiplatform.stdenv.cc;
+      emulator = "${x86.qemu-user}/bin/qemu-aarch64";
+      aarch64Linker = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER";
+      x86Linker = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER";
+      # The wrappers the training runs through (nix/stages/emulated.nix), as the chain makes them.
+      emulatedInstrumented = C.stages.emulated {
+        name = "gateway-instrumented-emulated";
+        gateway = C.gateway-instrumented;
+      };
+      emulatedBolt = C.stages.emulated {
+        name = "gateway-bolt-instrumented-emulated";
+        gateway = C.gateway-bolt-instrumented;
+      };
+      scriptOf = d: d.args.script or "";
+      s = m: "[x86_64-linux -> aarch64] ${m}";
+      offlineWhere = (import ../offline/default.nix {
+        rustToolchain = "/unused";
+        vendorDir = "/unused";
+        rustRelease = rustRelease.release;
+        target = "aarch64-unknown-linux-gnu";
+      }).pinned.where;
+    in
+    [
+      (check (s "packages.x86_64-linux.gateway-pgo-bolt-aarch64 is the cross chain's artifact; aarch64-linux has none") (
+        outputs.packages.x86_64-linux.gateway-pgo-bolt-aarch64.drvPath == C.gateway-pgo-bolt.drvPath
+        && !(hasAttr "gateway-pgo-bolt-aarch64" outputs.packages.aarch64-linux)
+        && !(hasAttr "pipeline-aarch64" outputs.legacyPackages.aarch64-linux)
+      ))
+      (check (s "the provider targets aarch64-unknown-linux-gnu from x86_64, with nixpkgs' emulator for aarch64") (
+        tc.target == "aarch64-unknown-linux-gnu"
+        && tc.hostTarget == "x86_64-unknown-linux-gnu"
+        && tc.system == "x86_64-linux"
+        && tc.emulator == emulator
+        && N.toolchain.emulator == null
+      ))
+      (check (s "the gateway's builds: --target aarch64, the cross cc as linker, no -lld flag, stages named -aarch64") (
+        all (
+          b:
+          hasInfix "--target aarch64-unknown-linux-gnu" b.args.cargoExtraArgs
+          && b.args.env.${aarch64Linker} == "${crossCc}/bin/aarch64-unknown-linux-gnu-cc"
+          && b.args.cargoArtifacts.args.env.${aarch64Linker} == b.args.env.${aarch64Linker}
+          && !(hasInfix "-Clinker-features=-lld" b.args.env.RUSTFLAGS)
+          && match ".*-aarch64" b.name != null
+        ) [ C.gateway C.gateway-instrumented ]
+        && C.gateway-pgo-bolt.name == "gateway-pgo-bolt-aarch64"
+      ))
+      (check (s "the trainer is built for the builder (x86_64, its linker and -lld flag), named as natively") (
+        hasInfix "--target x86_64-unknown-linux-gnu" C.trainer.args.cargoExtraArgs
+        && C.trainer.args.env.${x86Linker} == "${x86.stdenv.cc}/bin/cc"
+        && hasInfix "-Clinker-features=-lld" C.trainer.args.env.RUSTFLAGS
+        && C.trainer.name == "trainer"
+      ))
+      (check (s "the toolchain combines the host components with fenix's aarch64 rust-std of the pinned release and manifest") (
+        let
+          t = C.gateway.args.toolchain;
+          std = builtins.elemAt t.args.parts 1;
+        in
+        t.kind == "fenix-combined"
+        && std.args.triple == "aarch64-unknown-linux-gnu"
+        && std.args.name == rustRelease.release
+        && std.args.sha256 == rustRelease.manifestSha256
+      ))
+      (check (s "BOLT's instrumentation runtime is aarch64 nixpkgs' (not the x86_64 one), the tools are the builder's") (
+        tc.tools.boltRuntimeLib == "${arm.llvmPackages_22.bolt}/lib/libbolt_rt_instr.a"
+        && tc.tools.llvmBolt == "${x86.llvmPackages_22.bolt}/bin/llvm-bolt"
+        && hasInfix "/lib/rustlib/x86_64-unknown-linux-gnu/bin/llvm-profdata" tc.tools.llvmProfdata
+      ))
+      (check (s "the coverage gate and both trainings run the gateway through the emulator wrapper") (
+        hasInfix emulator (scriptOf emulatedInstrumented)
+        && hasInfix "${C.gateway-instrumented}/bin/gateway" (scriptOf emulatedInstrumented)
+        && consumes C.gateway-coverage emulatedInstrumented
+        && consumes C.gateway-profile-fresh emulatedInstrumented
+        && consumes C.gateway-bolt-profile-fresh emulatedBolt
+        && !(consumes C.gateway-profile-fresh C.gateway-instrumented)
+      ))
+      (check (s "the linker probe runs under the emulator") (
+        hasInfix "${emulator} ./probe" C.versions.args.script
+      ))
+      (check (s "pinned aarch64 profiles: the offline chain's directory ${offlineWhere}") (
+        C.pinned.where == offlineWhere
+        && C.pinned.where == "profiles/aarch64-unknown-linux-gnu/rust-${rustRelease.release}"
+      ))
+      (check (s "the native measurement gates are refused for the cross chain; the release rule is a Hydra job") (
+        !(builtins.tryEval C.holdout-instructions).success
+        && outputs.hydraJobs.release-aarch64-from-x86_64.drvPath == C.release-check.drvPath
+      ))
+    ];
+
   # ---- the NixOS module, under the fake module system (nix/tests/fake-module-lib.nix) ------
 
   moduleChecks =
@@ -737,7 +870,7 @@ let
       defaultPackage = outputs.packages.x86_64-linux.gateway-pgo-bolt;
     });
 
-  results = builtins.concatLists (map perSystem systems) ++ moduleChecks;
+  results = builtins.concatLists (map perSystem systems) ++ crossChecks ++ moduleChecks;
   failed = filter (r: !r.ok) results;
 in
 if failed == [ ] then

@@ -35,6 +35,15 @@
   # The repository root; cleaned to the Cargo sources here.
   src,
   system ? pkgs.stdenv.hostPlatform.system,
+  # Build for another system from this one ("aarch64-linux" on an x86_64-linux builder): the
+  # target's rust-std from fenix beside the host toolchain, nixpkgs' cross cc as its linker, and
+  # every binary of the target run through nixpkgs' emulator for it (qemu-user:
+  # `hostPlatform.emulator buildPackages`), so the chain trains it on this builder. null: native.
+  crossSystem ? null,
+  # nixpkgs of crossSystem (the flake's `legacyPackages.aarch64-linux`): BOLT's instrumentation
+  # runtime must be of the target's architecture, and the native aarch64 BOLT package has it
+  # (substituted from the binary cache, never built here).
+  targetPkgs ? null,
   # LLVM major of the pinned rustc (1.95.0: LLVM 22.1.2); also picks `llvmPackages_<major>`.
   llvmMajor ? "22",
   # Workspace version; crane needs one for derivation names. Read from Cargo.toml's
@@ -42,12 +51,23 @@
   version ? (builtins.fromTOML (builtins.readFile (src + "/Cargo.toml"))).workspace.package.version,
 }:
 let
-  target =
+  triples = {
+    x86_64-linux = "x86_64-unknown-linux-gnu";
+    aarch64-linux = "aarch64-unknown-linux-gnu";
+  };
+  tripleOf = sys: triples.${sys} or (throw "nix/toolchains/nixpkgs.nix: unsupported system ${sys}");
+  # The builder's triple (the trainer and every tool run here) and the gateway's.
+  hostTarget = tripleOf system;
+  cross = crossSystem != null;
+  target = if cross then tripleOf crossSystem else hostTarget;
+
+  # The cross package set whose stdenv links for the target and knows its emulator.
+  crossPkgs =
     {
-      x86_64-linux = "x86_64-unknown-linux-gnu";
-      aarch64-linux = "aarch64-unknown-linux-gnu";
+      aarch64-linux = pkgs.pkgsCross.aarch64-multiplatform;
     }
-    .${system} or (throw "nix/toolchains/nixpkgs.nix: unsupported system ${system}");
+    .${crossSystem} or (throw "nix/toolchains/nixpkgs.nix: no cross package set for ${crossSystem}");
+  emulator = if cross then crossPkgs.stdenv.hostPlatform.emulator pkgs else null;
 
   # Shell-style name of the target for cargo's environment variables.
   targetEnv = builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper target);
@@ -59,7 +79,7 @@ let
     sha256 = rustRelease.manifestSha256;
   };
 
-  rustToolchain = channel.withComponents [
+  hostComponents = channel.withComponents [
     "cargo"
     "rustc"
     "rust-std"
@@ -67,6 +87,19 @@ let
     "clippy"
     "rustfmt"
   ];
+  # A cross build adds the target's standard library (profiler runtime included) of the very
+  # same release, from the same manifest.
+  rustToolchain =
+    if cross then
+      fenix.packages.${system}.combine [
+        hostComponents
+        (fenix.packages.${system}.targets.${target}.fromToolchainName {
+          name = rustRelease.release;
+          sha256 = rustRelease.manifestSha256;
+        }).rust-std
+      ]
+    else
+      hostComponents;
 
   craneLib = (crane.mkLib pkgs).overrideToolchain rustToolchain;
 
@@ -105,23 +138,38 @@ let
   llvmPackages = pkgs."llvmPackages_${llvmMajor}";
   bolt = llvmPackages.bolt;
 
-  cc = pkgs.stdenv.cc;
+  # The C compiler driver that links the target (the cross one for a cross build).
+  cc = if cross then crossPkgs.stdenv.cc else pkgs.stdenv.cc;
+  ccBin = "${cc}/bin/${cc.targetPrefix or ""}cc";
 
   # The linker settings every build carries (see the header).
-  linkerRustflags = if target == "x86_64-unknown-linux-gnu" then "-Clinker-features=-lld" else "";
+  linkerRustflagsFor = triple: if triple == "x86_64-unknown-linux-gnu" then "-Clinker-features=-lld" else "";
+  linkerRustflags = linkerRustflagsFor target;
   linkerEnv = {
-    "CARGO_TARGET_${targetEnv}_LINKER" = "${cc}/bin/cc";
+    "CARGO_TARGET_${targetEnv}_LINKER" = ccBin;
+  };
+  # A build for the builder in a cross chain (the trainer): the builder's own linker settings.
+  hostLinkerEnv = {
+    "CARGO_TARGET_${builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper hostTarget)}_LINKER" = "${pkgs.stdenv.cc}/bin/cc";
   };
 
   joinFlags = a: b: if a == "" then b else if b == "" then a else "${a} ${b}";
 
   tools = {
     # rustup's llvm-tools layout: lib/rustlib/<host triple>/bin.
-    llvmProfdata = "${channel.llvm-tools}/lib/rustlib/${target}/bin/llvm-profdata";
+    llvmProfdata = "${channel.llvm-tools}/lib/rustlib/${hostTarget}/bin/llvm-profdata";
     llvmBolt = "${bolt}/bin/llvm-bolt";
     mergeFdata = "${bolt}/bin/merge-fdata";
     readelf = "${pkgs.lib.getBin llvmPackages.llvm}/bin/llvm-readelf";
-    boltRuntimeLib = "${bolt}/lib/libbolt_rt_instr.a";
+    boltRuntimeLib =
+      if cross then
+        "${
+          (if targetPkgs != null then targetPkgs else throw "nix/toolchains/nixpkgs.nix: a cross build needs targetPkgs (BOLT's runtime of ${target})")."llvmPackages_${llvmMajor}".bolt
+        }/lib/libbolt_rt_instr.a"
+      else
+        "${bolt}/lib/libbolt_rt_instr.a";
+    llvmNm = "${pkgs.lib.getBin llvmPackages.llvm}/bin/llvm-nm";
+    llvmObjcopy = "${pkgs.lib.getBin llvmPackages.llvm}/bin/llvm-objcopy";
     # The shared quota store of the `shared-limits` training shapes (and of the gateway's tests).
     redisServer = "${pkgs.redis}/bin/redis-server";
     valgrind = "${pkgs.valgrind}/bin/valgrind";
@@ -130,13 +178,18 @@ let
   prologue = import ./stage-prologue.nix;
   versionChecks = import ./version-checks.nix;
 
+  # A cross chain's stages are named after the target's architecture (gateway-pgo-aarch64); a
+  # build for the builder (`forTarget = false`: the trainer) keeps its name.
+  arch = builtins.head (builtins.split "-" target);
+  stageName = name: forTarget: if cross && forTarget then "${name}-${arch}" else name;
   runStage =
     {
       name,
       script,
       env ? { },
+      forTarget ? true,
     }:
-    pkgs.runCommand name env (prologue name + script);
+    pkgs.runCommand (stageName name forTarget) env (prologue (stageName name forTarget) + script);
 
   # Arguments shared, verbatim, by a package build and its dependency build: the same RUSTFLAGS,
   # target, linker and cargo arguments, so cargo's fingerprints match and the package build reuses
@@ -147,13 +200,14 @@ let
       package,
       rustflags,
       features,
+      buildTarget ? target,
     }:
     {
       inherit pname version;
       src = cargoSrc;
       strictDeps = true;
       cargoExtraArgs =
-        "--locked --target ${target} -p ${package}"
+        "--locked --target ${buildTarget} -p ${package}"
         + (if features == [ ] then "" else " --features ${builtins.concatStringsSep "," features}");
       # PGO stages must not run tests: the instrumented binary would profile the test run.
       doCheck = false;
@@ -161,8 +215,8 @@ let
       # symbols BOLT needs), no patchelf rewrite of a binary BOLT will rewrite.
       dontStrip = true;
       dontPatchELF = true;
-      env = linkerEnv // {
-        RUSTFLAGS = joinFlags rustflags linkerRustflags;
+      env = (if buildTarget == target then linkerEnv else hostLinkerEnv) // {
+        RUSTFLAGS = joinFlags rustflags (linkerRustflagsFor buildTarget);
       };
     };
 
@@ -194,9 +248,14 @@ let
       pgoDiagnostics ? false,
       # Cargo features of `package` (measurement variants such as [ "mimalloc" ]).
       features ? [ ],
+      # Build for the builder (the trainer, which runs here) instead of the target.
+      forHost ? false,
     }:
     let
-      args = cargoArgs { inherit pname package rustflags features; };
+      args = cargoArgs {
+        inherit pname package rustflags features;
+        buildTarget = if forHost then hostTarget else target;
+      };
       # Named by package, flags and features, not by stage: stages that build the same package
       # with the same RUSTFLAGS and features share one dependency derivation.
       flavour = rustflags + (if features == [ ] then "" else " --features ${toString features}");
@@ -206,7 +265,7 @@ let
       deps = craneLib.buildDepsOnly (
         args
         // {
-          pname = depsName;
+          pname = stageName depsName (!forHost);
           # crane's buildDepsOnly runs `cargo check` before `cargo build` whatever doCheck says;
           # the check pass only caches metadata for a later check or clippy, which never runs on
           # these artifacts (the package build compiles), so it is a no-op here: check + build
@@ -220,6 +279,7 @@ let
       args
       // (if pgoDiagnostics then keepPgoDiagnostics package args else { })
       // {
+        pname = stageName pname (!forHost);
         cargoArtifacts = deps;
         passthru = {
           inherit deps rustflags package;
@@ -235,8 +295,8 @@ let
     }
   '';
 
-  versions = pkgs.runCommandCC "toolchain-versions" linkerEnv (
-    prologue "toolchain"
+  versions = pkgs.runCommandCC (stageName "toolchain-versions" true) linkerEnv (
+    prologue (stageName "toolchain" true)
     + ''
       ${versionChecks {
         rustc = "${rustToolchain}/bin/rustc";
@@ -262,7 +322,8 @@ let
       interp=$(${tools.readelf} -l -W probe | sed -n 's/.*Requesting program interpreter: \(.*\)\]/\1/p')
       [ "$interp" = "${cc.bintools.dynamicLinker}" ] \
         || fail "the probe's interpreter is '$interp', not nixpkgs' ${cc.bintools.dynamicLinker}"
-      ./probe | grep -q 'linker probe' || fail "the linker probe does not run"
+      ${if cross then emulator + " " else ""}./probe | grep -q 'linker probe' \
+        || fail "the linker probe does not run${if cross then " under ${emulator}" else ""}"
 
       mkdir -p "$out"
       write_versions nixpkgs-fenix "$out/versions.json"
@@ -280,6 +341,8 @@ in
   inherit
     system
     target
+    hostTarget
+    emulator
     runStage
     buildPackage
     tools

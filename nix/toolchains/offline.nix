@@ -22,6 +22,9 @@
   llvmBolt ? "${llvmBin}/llvm-bolt",
   mergeFdata ? "${llvmBin}/merge-fdata",
   readelf ? "${llvmBin}/llvm-readelf",
+  # Symbol table listing and rewriting (the PGO stage shortens names BOLT's runtime cannot write).
+  llvmNm ? "${llvmBin}/llvm-nm",
+  llvmObjcopy ? "${llvmBin}/llvm-objcopy",
   # BOLT's instrumentation runtime, passed explicitly so that BOLT never finds one by PATH.
   boltRuntimeLib ? "/usr/lib/llvm-22/lib/libbolt_rt_instr.a",
   # Debian's Redis: the shared quota store of the `shared-limits` training shapes.
@@ -29,7 +32,15 @@
   # Debian's valgrind, for the instruction-count gate.
   valgrind ? "/usr/bin/valgrind",
   system ? "x86_64-linux",
+  # The target the gateway is built for, and the builder's own (the trainer's, which runs here).
   target ? "x86_64-unknown-linux-gnu",
+  hostTarget ? "x86_64-unknown-linux-gnu",
+  # For a target the builder cannot run (cross): the C compiler driver that links it (absolute
+  # path), and the command prefix that runs its binaries here (an absolute path to the emulator
+  # and its arguments: nix/stages/emulated.nix wraps every gateway the trainer starts in it).
+  # Both null for the builder's own target.
+  crossLinker ? null,
+  emulator ? null,
 }:
 let
   # Coreutils, grep, sed and findutils from the host, plus gcc as the linker driver rustc invokes.
@@ -40,20 +51,31 @@ let
   prologue = import ./stage-prologue.nix;
   versionChecks = import ./version-checks.nix;
 
+  # A cross chain's stages are named after their target's architecture (gateway-pgo-aarch64), so
+  # that a log, a store path and a failure say which chain they belong to; a build for the builder
+  # (`forTarget = false`: the trainer) keeps its name and is the native chain's derivation.
+  arch = builtins.head (builtins.split "-" target);
   runStage =
-    { name, script, env ? { } }:
+    { name, script, env ? { }, forTarget ? true }:
+    let
+      stageName = if crossLinker != null && forTarget then "${name}-${arch}" else name;
+    in
     derivation (env // {
-      inherit name system;
+      name = stageName;
+      inherit system;
       builder = "/bin/bash";
       # The script travels as a file, not as argv: the builder's command line stays short and
       # carries no binary names a process search on the host could match.
-      stageScript = prologue name + script;
+      stageScript = prologue stageName + script;
       passAsFile = [ "stageScript" ];
       args = [ "-c" ''source "$stageScriptPath"'' ];
       PATH = hostPath;
     });
 
   pgoDiagnosticsOf = import ./pgo-diagnostics.nix;
+
+  lower = [ "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m" "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z" "-" ];
+  upper = builtins.replaceStrings lower [ "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M" "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z" "_" ];
 
   buildPackage =
     {
@@ -64,14 +86,22 @@ let
       # Cargo features of `package` (measurement variants such as [ "mimalloc" ]); none: the
       # script is the one the chain has always built.
       features ? [ ],
+      # Build for the builder (the trainer, which runs here) instead of `target`.
+      forHost ? false,
     }:
     let
+      buildTarget = if forHost then hostTarget else target;
       featureArgs = if features == [ ] then "" else " --features ${builtins.concatStringsSep "," features}";
-      cargoBuild = "cargo build --release --offline --locked --target ${target} -p ${package}${featureArgs}";
+      cargoBuild = "cargo build --release --offline --locked --target ${buildTarget} -p ${package}${featureArgs}";
+      # cargo's per-target linker variable (CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER); only a
+      # cross build has one, so the builder's own builds are the derivations they always were.
+      linkerVar = "CARGO_TARGET_${builtins.replaceStrings [ "-" ] [ "_" ] (upper buildTarget)}_LINKER";
+      linkerEnv = if crossLinker != null && buildTarget != hostTarget then { ${linkerVar} = crossLinker; } else { };
     in
     runStage {
       name = pname;
-      env = { RUSTFLAGS_STAGE = rustflags; };
+      forTarget = !forHost;
+      env = { RUSTFLAGS_STAGE = rustflags; } // linkerEnv;
       script = ''
         export HOME="$TMPDIR/home" CARGO_HOME="$TMPDIR/cargo-home"
         mkdir -p "$HOME" "$CARGO_HOME"
@@ -96,7 +126,7 @@ let
         export PATH="${rustToolchain}/bin:${hostPath}"
         # Panic locations name source files; remapped, the binary references no build input.
         export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${vendor}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
-        echo "stage $stage: cargo build -p ${package}${featureArgs} --target ${target} RUSTFLAGS='$RUSTFLAGS'"
+        echo "stage $stage: cargo build -p ${package}${featureArgs} --target ${buildTarget} RUSTFLAGS='$RUSTFLAGS'"
       '' + (if pgoDiagnostics then ''
         ${cargoBuild} 2>&1 \
           | tee "$TMPDIR/cargo-build.log" \
@@ -108,11 +138,11 @@ let
           || fail "cargo build of ${package} failed"
         mkdir -p "$out/bin"
       '') + ''
-        cp "target/${target}/release/${package}" "$out/bin/${package}"
+        cp "target/${buildTarget}/release/${package}" "$out/bin/${package}"
       '';
     };
 
-  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf boltRuntimeLib redisServer valgrind; };
+  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf llvmNm llvmObjcopy boltRuntimeLib redisServer valgrind; };
 
   # Read each tool's own version and refuse a mismatch before any stage uses it.
   versions = runStage {
@@ -124,6 +154,16 @@ let
         release = rustRelease;
         inherit tools target;
       }}
+    '' + (if crossLinker == null then "" else ''
+      # A cross target: its standard library in the toolchain, its linker and the emulator the
+      # training runs through, each checked before any stage uses it.
+      [ -d "${rustToolchain}/lib/rustlib/${target}/lib" ] \
+        || fail "the Rust toolchain ${rustToolchain} has no standard library for ${target} (rustup target add ${target} --toolchain ${rustRelease}; nix/offline/aarch64-setup)"
+      [ -x "${crossLinker}" ] || fail "no linker for ${target} at ${crossLinker}"
+      emulator_bin=${builtins.head (builtins.split " " (if emulator == null then "" else emulator))}
+      [ -x "$emulator_bin" ] || fail "no emulator for ${target} at '$emulator_bin': training runs the ${target} gateway through it"
+      echo "stage $stage: ${target} linked by ${crossLinker}, run by $("$emulator_bin" --version | head -n1)"
+    '') + ''
       mkdir -p "$out"
       write_versions offline-debian "$out/versions.json"
       cat "$out/versions.json"
@@ -132,5 +172,5 @@ let
 in
 {
   name = "offline-debian";
-  inherit system target rustRelease src runStage buildPackage tools versions;
+  inherit system target hostTarget emulator rustRelease src runStage buildPackage tools versions;
 }

@@ -255,6 +255,13 @@ pub fn build(args: &ProofArgs) -> Result<Value> {
     if !versions.is_object() || versions.get("rustc").and_then(|r| r.as_str()).is_none() {
         bail!("proof: the toolchain versions lack \"rustc\"");
     }
+    // The target the artifact runs on, named at the top: an aarch64 artifact built on an x86_64
+    // builder says so without reading the toolchain record.
+    let target = versions
+        .get("target")
+        .and_then(|t| t.as_str())
+        .context("proof: the toolchain versions lack \"target\"")?
+        .to_string();
     let built_from = pinned::tree_digest(&args.source, pinned::SOURCE_FILES)
         .context("proof: digest of the sources built")?;
     let both_pinned = matches!(
@@ -263,6 +270,7 @@ pub fn build(args: &ProofArgs) -> Result<Value> {
     );
     let marker = json!({
         "schema": 3,
+        "target": target,
         "pgo": {
             "profraw_files": count(pgo, "profile_files", "LLVM profile manifest")?,
             "profraw_bytes": count(pgo, "profile_bytes", "LLVM profile manifest")?,
@@ -315,6 +323,9 @@ pub fn verify(m: &Value) -> Result<()> {
             .filter(|v| v.is_object())
             .ok_or_else(|| anyhow!("no \"{k}\" section"))
     };
+    if m.get("target").and_then(|t| t.as_str()).is_none_or(str::is_empty) {
+        bail!("no \"target\" named");
+    }
     let pgo = section("pgo")?;
     let bolt = section("bolt")?;
     for (sec, name, keys) in [

@@ -347,7 +347,7 @@ fn proof_inputs(d: &Path, bolt_holdout: &str) -> Vec<String> {
     );
     write(
         &d.join("versions.json"),
-        r#"{"rustc":"rustc 1.95.0","rustc_llvm":"22.1.2","llvm_profdata":"22.1.8","llvm_bolt":"22.1.8","provider":"offline-debian"}"#,
+        r#"{"rustc":"rustc 1.95.0","rustc_llvm":"22.1.2","llvm_profdata":"22.1.8","llvm_bolt":"22.1.8","provider":"offline-debian","target":"x86_64-unknown-linux-gnu"}"#,
     );
     std::fs::create_dir_all(d.join("src/gateway/src")).unwrap();
     std::fs::create_dir_all(d.join("src/third_party/hyper/src")).unwrap();
@@ -548,6 +548,7 @@ fn verify_proof_rejects_bad_markers() {
     let sha = "a".repeat(64);
     let good = serde_json::json!({
         "schema": 3,
+        "target": "aarch64-unknown-linux-gnu",
         "pgo": { "profraw_files": 3, "profraw_bytes": 9000, "profdata_bytes": 4000,
                  "profdata_sha256": "a".repeat(64), "shapes_trained": ["chat-minimal"],
                  "requests_checked": 3000 },
@@ -634,6 +635,10 @@ fn verify_proof_rejects_bad_markers() {
     let mut v = good.clone();
     v["holdout"] = "".into();
     assert!(!check(&v).status.success());
+    // The target the artifact runs on must be named.
+    let mut v = good.clone();
+    v.as_object_mut().unwrap().remove("target");
+    assert!(stderr(&check(&v)).contains("no \"target\" named"));
     let _ = std::fs::remove_dir_all(&d);
 }
 
