@@ -98,7 +98,8 @@ let
         inherit (toolchain) target rustRelease;
       };
   shapes = if shapes != null then shapes else builtins.path { name = "shapes"; path = root + "/shapes"; };
-  refreshCommand = "nix/offline/refresh-profiles";
+  refreshCommand =
+    if target == "x86_64-unknown-linux-gnu" then "nix/offline/refresh-profiles" else "nix/offline/refresh-profiles --aarch64";
   };
 
   # The aarch64 chain beside the builder's own (same arguments, another target).

@@ -58,7 +58,12 @@ CASES = {
         "stage gateway-instrumented-emulated-aarch64",
         "no emulator at /nonexistent/qemu-aarch64-static",
     ),
-    "aarch64-profile-of-other-target": ("stage gateway-profile-aarch64", "another key", "target", REFRESH),
+    "aarch64-profile-of-other-target": (
+        "stage gateway-profile-aarch64",
+        "another key",
+        "target: \"x86_64-unknown-linux-gnu\" -> \"aarch64-unknown-linux-gnu\"",
+        "nix/offline/refresh-profiles --aarch64",
+    ),
 }
 
 # Cases that build the aarch64 gateway itself (cross fat-LTO builds, about 15 minutes each on 2
