@@ -7,10 +7,14 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::dialect::decode::{bad, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef};
+use crate::dialect::decode::{
+    bad, from_json, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef,
+};
 use crate::dialect::encode::{array, content, text_part, Obj, EMPTY_SCHEMA};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Args, Image, Message, Part, Request, Role, Text, ToolChoice};
+use crate::dialect::neutral::{
+    Args, Effort, Image, Message, Part, Request, Role, Text, ToolChoice,
+};
 use crate::json::write_str;
 
 #[derive(Deserialize)]
@@ -35,6 +39,12 @@ struct ChatReq<'a> {
     stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    #[serde(default, borrow)]
+    reasoning_effort: Option<Cow<'a, str>>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default, borrow)]
+    user: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -149,16 +159,24 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
             other => return Err(bad(format!("messages: unknown role {other:?}"))),
         }
     }
-    for t in c.tools.unwrap_or_default() {
-        r.tools.push(t.function.tool()?);
+    for (i, t) in c.tools.unwrap_or_default().into_iter().enumerate() {
+        r.tools
+            .push(t.function.tool(&|| format!("tools[{i}].function"))?);
     }
+    if let Some(e) = c.reasoning_effort {
+        r.effort = Some(
+            Effort::from_name(&e)
+                .ok_or_else(|| bad(format!("reasoning_effort: unknown effort {e:?}")))?,
+        );
+    }
+    r.parallel_tool_calls = c.parallel_tool_calls;
+    r.user = opt_lit(c.user, "user")?;
     if let Some(stop) = c.stop {
         let s = stop.get();
         if s.starts_with('"') {
             r.stop.push(Text::Lit(s));
         } else if s.starts_with('[') {
-            let items: Vec<&RawValue> =
-                serde_json::from_str(s).map_err(|e| bad(format!("stop: {e}")))?;
+            let items: Vec<&RawValue> = from_json(s, || "stop".to_owned())?;
             for i in items {
                 r.stop.push(lit(i, "stop")?);
             }
@@ -216,6 +234,13 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
             })
             .collect();
         match m.role {
+            // A system message stays where the client put it.
+            Role::System => {
+                sep(msgs);
+                msgs.extend_from_slice(b"{\"role\":\"system\",\"content\":");
+                content(msgs, &texts);
+                msgs.extend_from_slice(b"}");
+            }
             Role::User => {
                 // Tool results are their own `tool` messages, ahead of the user's text.
                 for p in &m.parts {
@@ -313,6 +338,16 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
     }
     if let Some(n) = r.max_tokens {
         o.u64("max_tokens", n);
+    }
+    if let Some(e) = r.effort {
+        let out = o.key("reasoning_effort");
+        write_str(out, e.openai());
+    }
+    if r.parallel_tool_calls == Some(false) && !r.tools.is_empty() {
+        o.raw("parallel_tool_calls", b"false");
+    }
+    if let Some(u) = &r.user {
+        o.text("user", u);
     }
     if let Some(t) = r.temperature {
         o.f64("temperature", t);
