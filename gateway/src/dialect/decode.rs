@@ -369,9 +369,9 @@ pub struct ToolDef<'a> {
     #[serde(default, borrow)]
     pub name: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    description: Option<&'a RawValue>,
+    pub description: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    parameters: Option<&'a RawValue>,
+    pub parameters: Option<&'a RawValue>,
 }
 
 impl<'a> ToolDef<'a> {

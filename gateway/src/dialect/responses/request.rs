@@ -18,7 +18,7 @@ struct RespReq<'a> {
     #[serde(borrow)]
     input: &'a RawValue,
     #[serde(default, borrow)]
-    tools: Option<Vec<&'a RawValue>>,
+    tools: Option<Vec<RespTool<'a>>>,
     #[serde(default, borrow)]
     tool_choice: Option<&'a RawValue>,
     #[serde(default)]
@@ -78,18 +78,22 @@ struct Kind<'a> {
     kind: Option<Cow<'a, str>>,
 }
 
-/// A `namespace` tool: a group of function tools under one name.
+/// One entry of `tools`, read in one pass whatever its type: a function tool (`name`,
+/// `description`, `parameters`), a `namespace` of them (`name`, `tools`), the hosted
+/// `web_search` (`filters`, `user_location`, `search_context_size`, `external_web_access`), or
+/// another hosted tool (its `type`).
 #[derive(Deserialize)]
-struct Namespace<'a> {
-    #[serde(default, borrow, deserialize_with = "opt_cow")]
-    name: Option<Cow<'a, str>>,
+struct RespTool<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    kind: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    tools: Vec<ToolDef<'a>>,
-}
-
-/// The hosted `web_search` tool.
-#[derive(Deserialize)]
-struct WebSearchDef<'a> {
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    description: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    parameters: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    tools: Option<Vec<ToolDef<'a>>>,
     #[serde(default, borrow)]
     filters: Option<Filters<'a>>,
     #[serde(default, borrow)]
@@ -196,8 +200,8 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
     } else {
         return Err(bad("input must be a string or an array"));
     }
-    for (i, raw) in c.tools.unwrap_or_default().into_iter().enumerate() {
-        tool(&mut r, raw, i)?;
+    for (i, t) in c.tools.unwrap_or_default().into_iter().enumerate() {
+        tool(&mut r, t, i)?;
     }
     if let Some(e) = c.reasoning {
         if let Some(e) = e.effort {
@@ -251,20 +255,24 @@ pub fn flat_name(namespace: &str, name: &str) -> String {
 
 /// One entry of `tools`: a function tool, a namespace of them (flattened), the hosted web
 /// search (Anthropic's server tool), or a hosted tool with no counterpart (noted).
-fn tool<'a>(r: &mut Request<'a>, raw: &'a RawValue, i: usize) -> Result<(), GwError> {
+fn tool<'a>(r: &mut Request<'a>, t: RespTool<'a>, i: usize) -> Result<(), GwError> {
     let at = || format!("tools[{i}]");
-    let kind: Kind = from_json(raw.get(), at)?;
-    match kind.kind.as_deref() {
+    match t.kind.as_deref() {
         None | Some("function") => {
-            let def: ToolDef = from_json(raw.get(), at)?;
+            let def = ToolDef {
+                kind: None,
+                name: t.name,
+                description: t.description,
+                parameters: t.parameters,
+            };
             r.tools.push(def.tool(&at)?);
         }
         Some("namespace") => {
-            let ns: Namespace = from_json(raw.get(), at)?;
-            let name = ns
+            let name = t
                 .name
                 .ok_or_else(|| bad(format!("tools[{i}].name is required")))?;
-            for (j, def) in ns.tools.into_iter().enumerate() {
+            let name = lit(name, "namespace name")?.decode().into_owned();
+            for (j, def) in t.tools.unwrap_or_default().into_iter().enumerate() {
                 let at = || format!("tools[{i}].tools[{j}]");
                 if def.kind.as_deref().is_some_and(|k| k != "function") {
                     return Err(bad(format!(
@@ -276,26 +284,22 @@ fn tool<'a>(r: &mut Request<'a>, raw: &'a RawValue, i: usize) -> Result<(), GwEr
                 t.name = Text::Own(flat_name(&name, &t.name.decode()));
                 r.tools.push(t);
             }
-            r.namespaces.push(name.into_owned());
+            r.namespaces.push(name);
         }
         Some("web_search" | "web_search_preview") => {
-            let ws: WebSearchDef = from_json(raw.get(), at)?;
-            if ws.external_web_access == Some(false) {
+            if t.external_web_access == Some(false) {
                 r.unmapped("tools.web_search.external_web_access", || {
                     format!("tools[{i}].external_web_access")
                 });
             }
-            if ws.search_context_size.is_some() {
+            if t.search_context_size.is_some() {
                 r.unmapped("tools.web_search.search_context_size", || {
                     format!("tools[{i}].search_context_size")
                 });
             }
             r.web_search = Some(WebSearch {
-                allowed_domains: ws
-                    .filters
-                    .and_then(|f| f.allowed_domains)
-                    .map(RawValue::get),
-                user_location: ws.user_location.map(RawValue::get),
+                allowed_domains: t.filters.and_then(|f| f.allowed_domains).map(RawValue::get),
+                user_location: t.user_location.map(RawValue::get),
             });
         }
         Some(other) => {
