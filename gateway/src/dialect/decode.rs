@@ -259,6 +259,12 @@ pub fn describe(e: &serde_json::Error, input: &str, prefix: &str) -> String {
             if let Some((_, expected)) = msg.split_once(", expected ") {
                 return format!("{path} must be {expected}");
             }
+            if let Some(field) = msg
+                .strip_prefix("duplicate field `")
+                .and_then(|f| f.strip_suffix('`'))
+            {
+                return format!("{path}.{field} appears twice");
+            }
             format!("{path} has a value this request cannot take")
         }
         serde_json::error::Category::Eof => format!("{path}: the JSON ends early"),

@@ -592,4 +592,54 @@ mod tests {
             }
         }
     }
+
+    /// The agent-shaped payloads (shapes/payloads), cut short and with bytes replaced at many
+    /// places, through every client dialect and both upstreams, with and without drop lists:
+    /// no panic, and no error that speaks the JSON library's words.
+    #[test]
+    fn damaged_agent_requests_get_errors_in_the_requests_terms() {
+        let seeds: [&[u8]; 2] = [
+            include_bytes!("../../../shapes/payloads/agent-claude-code.json"),
+            include_bytes!("../../../shapes/payloads/agent-codex.json"),
+        ];
+        let drops = drop(&[
+            "cache_control",
+            "context_management",
+            "reasoning.summary",
+            "include",
+            "prompt_cache_key",
+            "client_metadata",
+        ]);
+        let check = |body: &[u8]| {
+            for client in [Dialect::Chat, Dialect::Messages, Dialect::Responses] {
+                for up in [Dialect::Chat, Dialect::Messages] {
+                    for d in [&[][..], &drops[..]] {
+                        if let Err(e) = request(client, up, body, br#""up""#, d) {
+                            for internal in
+                                ["missing field", " at line ", " column ", "invalid type"]
+                            {
+                                assert!(
+                                    !e.message.contains(internal),
+                                    "{internal:?} in {:?}",
+                                    e.message
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        for seed in seeds {
+            check(seed);
+            let step = seed.len() / 23;
+            for at in (1..seed.len()).step_by(step) {
+                check(&seed[..at]);
+                for b in [b'0', b'"', b'}', b','] {
+                    let mut m = seed.to_vec();
+                    m[at] = b;
+                    check(&m);
+                }
+            }
+        }
+    }
 }
