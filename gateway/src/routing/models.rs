@@ -385,4 +385,21 @@ mod tests {
         assert!(!paths.iter().any(|p| p.contains("[3]")), "{paths:?}");
         assert!(routes.is_empty());
     }
+
+    #[test]
+    fn drop_lists_are_read_and_checked() {
+        let (routes, c) = load(serde_json::json!({
+            "ok": {"provider": "a", "model": "m", "drop": ["cache_control", "include"]},
+            "pool": {"drop": ["store"], "deployments": [{"provider": "b", "model": "n"}]},
+            "none": {"provider": "a", "model": "m"},
+            "bad": {"provider": "a", "model": "m", "drop": "cache_control"},
+            "empty": {"provider": "a", "model": "m", "drop": [""]},
+        }));
+        let paths: Vec<&str> = c.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["$.models.bad.drop", "$.models.empty.drop"]);
+        assert_eq!(&*routes["ok"].drop, ["cache_control", "include"]);
+        assert_eq!(&*routes["pool"].drop, ["store"]);
+        assert!(routes["none"].drop.is_empty());
+        assert!(!routes.contains_key("bad"));
+    }
 }
