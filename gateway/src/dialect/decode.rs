@@ -206,6 +206,18 @@ pub fn texts<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Vec<Text<'a>>,
         .collect())
 }
 
+/// Whether an optional request parameter asks for anything beyond the default: present and not
+/// null, false, zero, empty, or the value that means the default (`no_ask`).
+pub fn asks(v: Option<&RawValue>, no_ask: &[&str]) -> bool {
+    v.is_some_and(|v| {
+        let s = v.get();
+        !matches!(s, "null" | "false" | "0" | "0.0" | "{}" | "[]" | "\"\"")
+            && !no_ask
+                .iter()
+                .any(|d| s.bytes().filter(|b| !b.is_ascii_whitespace()).eq(d.bytes()))
+    })
+}
+
 pub fn role_of(s: &str, what: &str) -> Result<Role, GwError> {
     match s {
         "user" => Ok(Role::User),

@@ -215,6 +215,16 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// Notes each top-level field with no counterpart upstream that the request sets (a list of
+    /// (name, whether it asks for anything)).
+    pub fn unmapped_fields(&mut self, fields: &[(&'static str, bool)]) {
+        for &(part, present) in fields {
+            if present {
+                self.unmapped(part, || part.to_owned());
+            }
+        }
+    }
+
     /// Notes a part with no counterpart upstream (once per part name).
     pub fn unmapped(&mut self, part: impl Into<Cow<'static, str>>, at: impl FnOnce() -> String) {
         let part = part.into();

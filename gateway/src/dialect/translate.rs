@@ -642,4 +642,63 @@ mod tests {
             }
         }
     }
+
+    /// A chat client's parameters that Anthropic lacks are refused (or dropped when the alias
+    /// says so) only when they ask for something: their default values pass.
+    #[test]
+    fn chat_only_parameters_are_noted_when_they_ask_for_something() {
+        let body = |extra: &str| {
+            format!(r#"{{"model":"x","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+        };
+        let passes = body(
+            r#","n":1,"logprobs":false,"seed":null,"store":false,"response_format":{"type": "text"},
+               "service_tier":"auto","modalities":["text"],"frequency_penalty":0,"safety_identifier":"u9""#,
+        );
+        let (b, _) = request(
+            Dialect::Chat,
+            Dialect::Messages,
+            passes.as_bytes(),
+            br#""up""#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(v(&b)["metadata"], json!({"user_id": "u9"}));
+        let asks = body(
+            r#","n":2,"seed":7,"store":true,"response_format":{"type":"json_schema"},"logit_bias":{"1":2},
+               "functions":[{"name":"f"}]"#,
+        );
+        let e = request(
+            Dialect::Chat,
+            Dialect::Messages,
+            asks.as_bytes(),
+            br#""up""#,
+            &[],
+        )
+        .err()
+        .unwrap();
+        let parts = [
+            "n",
+            "seed",
+            "store",
+            "response_format",
+            "logit_bias",
+            "functions",
+        ];
+        for part in parts {
+            assert!(e.message.contains(part), "{part}: {}", e.message);
+        }
+        let all = drop(&parts);
+        let (_, t) = request(
+            Dialect::Chat,
+            Dialect::Messages,
+            asks.as_bytes(),
+            br#""up""#,
+            &all,
+        )
+        .unwrap();
+        assert_eq!(
+            t.dropped,
+            "n,response_format,logit_bias,seed,store,functions"
+        );
+    }
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::dialect::decode::{
-    bad, from_json, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef,
+    asks, bad, from_json, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef,
 };
 use crate::dialect::encode::{array, content, text_part, Obj, EMPTY_SCHEMA};
 use crate::dialect::error::GwError;
@@ -45,6 +45,46 @@ struct ChatReq<'a> {
     parallel_tool_calls: Option<bool>,
     #[serde(default, borrow)]
     user: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    safety_identifier: Option<&'a RawValue>,
+    // Parts with no counterpart in an Anthropic upstream (docs/translation-policy.md), noted
+    // when they ask for anything (see `asks`).
+    #[serde(default, borrow)]
+    n: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    logprobs: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    top_logprobs: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    response_format: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    frequency_penalty: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    presence_penalty: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    logit_bias: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    seed: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    store: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    service_tier: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    prompt_cache_key: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    modalities: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    audio: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    prediction: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    web_search_options: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    functions: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    function_call: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -170,7 +210,36 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         );
     }
     r.parallel_tool_calls = c.parallel_tool_calls;
-    r.user = opt_lit(c.user, "user")?;
+    r.user = match c.safety_identifier {
+        Some(id) => Some(lit(id, "safety_identifier")?),
+        None => opt_lit(c.user, "user")?,
+    };
+    r.unmapped_fields(&[
+        ("n", asks(c.n, &["1"])),
+        ("logprobs", asks(c.logprobs, &[])),
+        ("top_logprobs", asks(c.top_logprobs, &[])),
+        (
+            "response_format",
+            asks(c.response_format, &[r#"{"type":"text"}"#]),
+        ),
+        ("frequency_penalty", asks(c.frequency_penalty, &[])),
+        ("presence_penalty", asks(c.presence_penalty, &[])),
+        ("logit_bias", asks(c.logit_bias, &[])),
+        ("seed", asks(c.seed, &[])),
+        ("store", asks(c.store, &[])),
+        ("metadata", asks(c.metadata, &[])),
+        (
+            "service_tier",
+            asks(c.service_tier, &["\"auto\"", "\"default\""]),
+        ),
+        ("prompt_cache_key", asks(c.prompt_cache_key, &[])),
+        ("modalities", asks(c.modalities, &[r#"["text"]"#])),
+        ("audio", asks(c.audio, &[])),
+        ("prediction", asks(c.prediction, &[])),
+        ("web_search_options", asks(c.web_search_options, &[])),
+        ("functions", asks(c.functions, &[])),
+        ("function_call", asks(c.function_call, &[])),
+    ]);
     if let Some(stop) = c.stop {
         let s = stop.get();
         if s.starts_with('"') {

@@ -311,17 +311,13 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
             r.unmapped("output_config.format", || "output_config.format".to_owned());
         }
     }
-    for (part, present) in [
+    r.unmapped_fields(&[
         ("context_management", c.context_management.is_some()),
         ("top_k", c.top_k.is_some()),
         ("container", c.container.is_some()),
         ("mcp_servers", c.mcp_servers.is_some()),
         ("service_tier", c.service_tier.is_some()),
-    ] {
-        if present {
-            r.unmapped(part, || part.to_owned());
-        }
-    }
+    ]);
     Ok(r)
 }
 

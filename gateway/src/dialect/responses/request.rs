@@ -6,7 +6,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::dialect::decode::{
-    bad, from_json, lit, openai_choice, opt_cow, opt_lit, parse, parts, role_of, texts, ToolDef,
+    asks, bad, from_json, lit, openai_choice, opt_cow, opt_lit, parse, parts, role_of, texts,
+    ToolDef,
 };
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Args, Effort, Part, Request, Role, Text, WebSearch};
@@ -220,26 +221,24 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         None => opt_lit(c.user, "user")?,
     };
     // Anthropic stores nothing: `store: false` is what it does anyway.
-    let asks = |v: Option<&RawValue>| v.is_some_and(|v| !matches!(v.get(), "null" | "{}" | "\"\""));
-    for (part, present) in [
+    r.unmapped_fields(&[
         ("store", c.store == Some(true)),
         ("include", c.include.as_ref().is_some_and(|l| !l.is_empty())),
-        ("prompt_cache_key", asks(c.prompt_cache_key)),
-        ("client_metadata", asks(c.client_metadata)),
-        ("metadata", asks(c.metadata)),
-        ("previous_response_id", asks(c.previous_response_id)),
-        ("service_tier", asks(c.service_tier)),
+        ("prompt_cache_key", asks(c.prompt_cache_key, &[])),
+        ("client_metadata", asks(c.client_metadata, &[])),
+        ("metadata", asks(c.metadata, &[])),
+        ("previous_response_id", asks(c.previous_response_id, &[])),
+        (
+            "service_tier",
+            asks(c.service_tier, &["\"auto\"", "\"default\""]),
+        ),
         (
             "text.format",
             c.text
                 .and_then(|t| t.format)
                 .is_some_and(|f| f.kind.as_deref().is_some_and(|k| k != "text")),
         ),
-    ] {
-        if present {
-            r.unmapped(part, || part.to_owned());
-        }
-    }
+    ]);
     Ok(r)
 }
 
