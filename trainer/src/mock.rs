@@ -5,7 +5,7 @@
 //! Answers are derived from the request only (see `docs/contracts.md`, "Mock directives"):
 //! the text is [`wire::GREETING`] followed by ` wordK` for K = 2..=N (N content frames, default
 //! 8), `input_tokens = body_bytes / 4`, `output_tokens = N`. Directives in the last user message
-//! (`[[mock:tool_call]]`, `[[mock:frames:N]]`, `[[mock:status:NNN]]`, `[[mock:fail_mid_stream]]`,
+//! (`[[mock:tool_call]]`, `[[mock:call:NAME:ARGS]]`, `[[mock:frames:N]]`, `[[mock:status:NNN]]`, `[[mock:fail_mid_stream]]`,
 //! `[[mock:stall]]`, `[[mock:malformed_sse]]`, `[[mock:reset]]`, `[[mock:delay_ms:N]]`,
 //! `[[mock:frame_interval_ms:N]]`, `[[mock:retry_after:S]]`) change the answer. An instance can also be started with directives
 //! of its own (`--directives`), applied to every request or to its first N, so that two mocks
@@ -543,8 +543,125 @@ pub fn plan(dialect: Dialect, body: &[u8]) -> Result<Plan, String> {
         if let Some(text) = last_user_text(dialect, &v) {
             plan.apply_directives(&text);
         }
+        if contains(body, b"[[mock:call:") {
+            script_tool_turn(dialect, &v, &mut plan)?;
+        }
     }
     Ok(plan)
+}
+
+/// The scripted tool-call turn of an agent session (`[[mock:call:NAME:ARGS]]` in any user
+/// message, not only the last: an agent's last user message is often its tool result). While
+/// the conversation holds no tool result the answer is a call of the tool NAME, which the
+/// request must offer; once it holds one, the answer is text quoting the last tool result, so
+/// that the client sees its result crossed back.
+fn script_tool_turn(
+    dialect: Dialect,
+    v: &serde_json::Value,
+    plan: &mut Plan,
+) -> Result<(), String> {
+    if plan.call.is_none() {
+        let texts = user_texts(dialect, v);
+        if let Some(t) = texts.iter().rev().find(|t| t.contains("[[mock:call:")) {
+            plan.apply_directives(t);
+        }
+    }
+    let Some((name, _)) = &plan.call else {
+        return Ok(());
+    };
+    if let Some(result) = last_tool_result(dialect, v) {
+        let quoted: String = result.chars().take(2000).collect();
+        plan.call = None;
+        plan.answer = Some(format!("The tool said: {quoted}"));
+        return Ok(());
+    }
+    if !offered_tools(dialect, v).any(|t| t == name) {
+        return Err(format!("mock: the request offers no tool named {name:?}"));
+    }
+    Ok(())
+}
+
+/// A message's text: a string content, or its parts' `text` members joined by newlines.
+fn content_text(content: &serde_json::Value) -> Option<String> {
+    if let Some(s) = content.as_str() {
+        return Some(s.to_owned());
+    }
+    let mut out = String::new();
+    for part in content.as_array()? {
+        if let Some(t) = part.get("text").and_then(|t| t.as_str()) {
+            out.push_str(t);
+            out.push('\n');
+        }
+    }
+    Some(out)
+}
+
+/// The conversation's messages (chat and Anthropic `messages`, Responses `input` items).
+fn conversation(dialect: Dialect, v: &serde_json::Value) -> &[serde_json::Value] {
+    let list = match dialect {
+        Dialect::Chat | Dialect::Messages => v.get("messages"),
+        Dialect::Responses => v.get("input"),
+    };
+    list.and_then(|l| l.as_array()).map_or(&[], Vec::as_slice)
+}
+
+/// The text of every user message, in order.
+fn user_texts(dialect: Dialect, v: &serde_json::Value) -> Vec<String> {
+    if let Some(s) = v.get("input").and_then(|i| i.as_str()) {
+        return vec![s.to_owned()];
+    }
+    conversation(dialect, v)
+        .iter()
+        .filter(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"))
+        .filter_map(|m| content_text(m.get("content")?))
+        .collect()
+}
+
+/// The text of the conversation's last tool result: chat's `tool` messages, Anthropic's
+/// `tool_result` blocks, Responses' `function_call_output` items.
+fn last_tool_result(dialect: Dialect, v: &serde_json::Value) -> Option<String> {
+    let mut last = None;
+    for m in conversation(dialect, v) {
+        match dialect {
+            Dialect::Chat if m.get("role").and_then(|r| r.as_str()) == Some("tool") => {
+                last = m.get("content").and_then(content_text);
+            }
+            Dialect::Messages => {
+                for b in m
+                    .get("content")
+                    .and_then(|c| c.as_array())
+                    .into_iter()
+                    .flatten()
+                {
+                    if b.get("type").and_then(|t| t.as_str()) == Some("tool_result") {
+                        last = Some(b.get("content").and_then(content_text).unwrap_or_default());
+                    }
+                }
+            }
+            Dialect::Responses
+                if m.get("type").and_then(|t| t.as_str()) == Some("function_call_output") =>
+            {
+                last = m.get("output").and_then(content_text);
+            }
+            _ => {}
+        }
+    }
+    last
+}
+
+/// The names of the function tools a request offers.
+fn offered_tools(dialect: Dialect, v: &serde_json::Value) -> impl Iterator<Item = &str> {
+    let tools = v
+        .get("tools")
+        .and_then(|t| t.as_array())
+        .map_or(&[][..], Vec::as_slice);
+    tools.iter().filter_map(move |t| {
+        let t = match dialect {
+            Dialect::Chat => t.get("function")?,
+            _ => t,
+        };
+        t.get("name")?.as_str()
+    })
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -578,18 +695,7 @@ pub fn last_user_text(dialect: Dialect, v: &serde_json::Value) -> Option<String>
         .iter()
         .rev()
         .find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"))?;
-    let content = msg.get("content")?;
-    if let Some(s) = content.as_str() {
-        return Some(s.to_owned());
-    }
-    let mut out = String::new();
-    for part in content.as_array()? {
-        if let Some(t) = part.get("text").and_then(|t| t.as_str()) {
-            out.push_str(t);
-            out.push('\n');
-        }
-    }
-    Some(out)
+    content_text(msg.get("content")?)
 }
 
 #[cfg(test)]
@@ -608,6 +714,41 @@ mod tests {
         assert!(!pl.stream);
         assert_eq!(pl.frames, 8);
         assert_eq!(pl.input_tokens, body.len() as u64 / 4);
+    }
+
+    #[test]
+    fn scripted_call_then_the_tool_result_quoted() {
+        let marker = r#"go [[mock:call:Bash:{\"command\":\"ls\"}]]"#;
+        // Anthropic: the call, while no tool result is there.
+        let first = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{marker}"}}],"tools":[{{"name":"Bash"}}]}}"#
+        );
+        let pl = p(Dialect::Messages, &first);
+        assert_eq!(pl.tool(), ("Bash", r#"{"command":"ls"}"#));
+        assert_eq!(pl.arg_pieces().concat(), r#"{"command":"ls"}"#);
+        // A tool that is not offered is refused.
+        let unoffered = first.replace(r#"{"name":"Bash"}"#, r#"{"name":"Read"}"#);
+        assert!(plan(Dialect::Messages, unoffered.as_bytes()).is_err());
+        // Then the result, quoted, whichever dialect carries it.
+        let anthropic = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{marker}"}},{{"role":"assistant","content":[{{"type":"tool_use","id":"t","name":"Bash","input":{{}}}}]}},{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":[{{"type":"text","text":"a.txt"}}]}}]}}]}}"#
+        );
+        let chat = format!(
+            r#"{{"model":"m","messages":[{{"role":"user","content":"{marker}"}},{{"role":"tool","tool_call_id":"t","content":"a.txt"}}]}}"#
+        );
+        let responses = format!(
+            r#"{{"model":"m","input":[{{"role":"user","content":"{marker}"}},{{"type":"function_call_output","call_id":"t","output":"a.txt"}}]}}"#
+        );
+        for (d, body) in [
+            (Dialect::Messages, anthropic),
+            (Dialect::Chat, chat),
+            (Dialect::Responses, responses),
+        ] {
+            let pl = p(d, &body);
+            assert!(!pl.calls_tool(), "{d:?}");
+            assert_eq!(pl.text().trim_end(), "The tool said: a.txt", "{d:?}");
+            assert_eq!(pl.output_tokens(), 1);
+        }
     }
 
     #[test]

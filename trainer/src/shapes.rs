@@ -24,6 +24,11 @@ pub struct Shape {
     pub posture: String,
     #[serde(default)]
     pub holdout: bool,
+    /// The alias's `drop` list (docs/translation-policy.md): the request parts a bridged shape
+    /// carries that have no counterpart upstream, which its training config lets translation
+    /// drop rather than refuse. Empty when absent.
+    #[serde(default)]
+    pub drop: Vec<String>,
 }
 
 fn default_posture() -> String {

@@ -244,6 +244,9 @@ pub fn gateway_config(
         serde_json::json!({ "provider": "up-openai", "model": "mock-gpt" })
     };
     models.insert(shape.model.clone(), route);
+    if !shape.drop.is_empty() {
+        models[&shape.model]["drop"] = serde_json::json!(shape.drop);
+    }
     let mut cfg = serde_json::json!({
         "listen": "127.0.0.1:0",
         "workers": 1,

@@ -82,6 +82,7 @@ fn a_removed_shape_fails_naming_its_combination() {
     for s in [
         "messages-minimal-stream",
         "messages-mid-stream",
+        "agent-claude-code-stream",
         "chat-minimal-keys",
         "chat-minimal-multi-deployment",
     ] {

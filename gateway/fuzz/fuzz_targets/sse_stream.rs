@@ -23,6 +23,8 @@ fn transforms() -> Vec<Box<dyn StreamTransform>> {
                     client: d,
                     upstream: up,
                     include_usage: true,
+                    namespaces: vec!["ns".to_owned()],
+                    dropped: String::new(),
                 }
                 .stream(&route.alias),
             );

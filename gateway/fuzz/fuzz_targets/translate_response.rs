@@ -12,6 +12,8 @@ fuzz_target!(|data: &[u8]| {
                 client,
                 upstream: up,
                 include_usage: data.first().is_some_and(|b| b & 1 == 1),
+                namespaces: vec!["ns".to_owned()],
+                dropped: String::new(),
             };
             if let Ok(out) = t.response(data, &route.alias) {
                 serde_json::from_slice::<serde_json::Value>(&out)

@@ -14,7 +14,10 @@ pub fn routes() -> &'static (Arc<Route>, Arc<Route>) {
             br#"{"listen":"127.0.0.1:0","workers":1,
                "providers":{"o":{"kind":"openai","base_url":"http://127.0.0.1:9","api_key_env":"FUZZ_NO_KEY"},
                             "a":{"kind":"anthropic","base_url":"http://127.0.0.1:9","api_key_env":"FUZZ_NO_KEY"}},
-               "models":{"gpt":{"provider":"o","model":"up-gpt"},"claude":{"provider":"a","model":"up-claude"}}}"#,
+               "models":{"gpt":{"provider":"o","model":"up-gpt",
+                         "drop":["cache_control","context_management","top_k","output_config.format"]},
+                         "claude":{"provider":"a","model":"up-claude",
+                         "drop":["reasoning.summary","include","prompt_cache_key","client_metadata","metadata","store"]}}}"#,
         )
         .ok()
         .expect("fuzz config parses");

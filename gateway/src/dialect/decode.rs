@@ -148,8 +148,7 @@ pub fn parts<'a>(
         Some(b'"') => Ok(vec![Part::Text(Text::Lit(s))]),
         Some(b'n') => Ok(Vec::new()),
         Some(b'[') => {
-            let list: Vec<ContentPart<'a>> =
-                serde_json::from_str(s).map_err(|e| bad(format!("{what}: {e}")))?;
+            let list: Vec<ContentPart<'a>> = from_json(s, || what.to_owned())?;
             let mut out = Vec::with_capacity(list.len());
             for p in list {
                 let kind = p.kind.as_deref();
@@ -172,8 +171,8 @@ pub fn parts<'a>(
                         }
                         let url = match p.image_url {
                             Some(u) if u.get().starts_with('{') => {
-                                let u: ChatImageUrl = serde_json::from_str(u.get())
-                                    .map_err(|e| bad(format!("{what}: image_url: {e}")))?;
+                                let u: ChatImageUrl =
+                                    from_json(u.get(), || format!("{what}.image_url"))?;
                                 u.url
                             }
                             Some(u) => u,
@@ -207,6 +206,18 @@ pub fn texts<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Vec<Text<'a>>,
         .collect())
 }
 
+/// Whether an optional request parameter asks for anything beyond the default: present and not
+/// null, false, zero, empty, or the value that means the default (`no_ask`).
+pub fn asks(v: Option<&RawValue>, no_ask: &[&str]) -> bool {
+    v.is_some_and(|v| {
+        let s = v.get();
+        !matches!(s, "null" | "false" | "0" | "0.0" | "{}" | "[]" | "\"\"")
+            && !no_ask
+                .iter()
+                .any(|d| s.bytes().filter(|b| !b.is_ascii_whitespace()).eq(d.bytes()))
+    })
+}
+
 pub fn role_of(s: &str, what: &str) -> Result<Role, GwError> {
     match s {
         "user" => Ok(Role::User),
@@ -216,7 +227,156 @@ pub fn role_of(s: &str, what: &str) -> Result<Role, GwError> {
 }
 
 pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, GwError> {
-    serde_json::from_slice(body).map_err(|e| bad(format!("invalid request: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        let text = std::str::from_utf8(body).unwrap_or("");
+        bad(describe(&e, text, ""))
+    })
+}
+
+/// Parses `s`, a part of the request found at `at` (a path in the client's dialect, such as
+/// `messages[2].content`), into `T`; an error names the part, never serde's wording or position.
+pub fn from_json<'a, T: Deserialize<'a>>(
+    s: &'a str,
+    at: impl FnOnce() -> String,
+) -> Result<T, GwError> {
+    serde_json::from_str(s).map_err(|e| bad(describe(&e, s, &at())))
+}
+
+/// A client-facing account of a decode error: the path of the part at fault (the member serde
+/// stopped in, read from the input up to its position) and what is wrong with it, in words of
+/// the request rather than of the library (no "line 1 column N", no "missing field `x`").
+pub fn describe(e: &serde_json::Error, input: &str, prefix: &str) -> String {
+    let offset = byte_offset(input, e.line(), e.column());
+    let msg = e.to_string();
+    let msg = msg.split(" at line ").next().unwrap_or("");
+    // serde reports a missing field at the end of its object: the object is the part.
+    let missing = msg.starts_with("missing field `");
+    let mut path = prefix.to_owned();
+    path.push_str(&path_at(input, offset, missing));
+    let mut path = match path.strip_prefix('.') {
+        Some(p) => p.to_owned(),
+        None => path,
+    };
+    if path.is_empty() {
+        path.push_str("the request body");
+    }
+    match e.classify() {
+        serde_json::error::Category::Data => {
+            if let Some(field) = msg
+                .strip_prefix("missing field `")
+                .and_then(|f| f.strip_suffix('`'))
+            {
+                return format!("{path}.{field} is required");
+            }
+            if let Some((_, expected)) = msg.split_once(", expected ") {
+                return format!("{path} must be {expected}");
+            }
+            if let Some(field) = msg
+                .strip_prefix("duplicate field `")
+                .and_then(|f| f.strip_suffix('`'))
+            {
+                return format!("{path}.{field} appears twice");
+            }
+            format!("{path} has a value this request cannot take")
+        }
+        serde_json::error::Category::Eof => format!("{path}: the JSON ends early"),
+        _ => format!("{path}: not valid JSON"),
+    }
+}
+
+/// serde's (line, column) position (both from 1; 0 when unknown) as a byte offset.
+fn byte_offset(input: &str, line: usize, column: usize) -> usize {
+    if line == 0 {
+        return input.len();
+    }
+    let start: usize = input
+        .split_inclusive('\n')
+        .take(line - 1)
+        .map(str::len)
+        .sum();
+    (start + column.saturating_sub(1)).min(input.len())
+}
+
+/// The path (`.tools[8]`, `.messages[0].content`) of the innermost value that is open at byte
+/// `end` of `input`, read by a scan that tracks objects, arrays, keys and strings; with
+/// `object`, of the innermost object itself rather than its member. Used on the error path only.
+fn path_at(input: &str, end: usize, object: bool) -> String {
+    enum Frame {
+        Obj(Option<String>),
+        Arr(usize),
+    }
+    let bytes = input.as_bytes();
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    // Whether the string being read is an object key.
+    let mut expect_key = false;
+    while i < end.min(bytes.len()) {
+        match bytes[i] {
+            b'{' => {
+                stack.push(Frame::Obj(None));
+                expect_key = true;
+            }
+            b'[' => {
+                stack.push(Frame::Arr(0));
+                expect_key = false;
+            }
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Arr(n)) => *n += 1,
+                Some(Frame::Obj(k)) => {
+                    *k = None;
+                    expect_key = true;
+                }
+                None => {}
+            },
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                if expect_key {
+                    if let Some(Frame::Obj(k)) = stack.last_mut() {
+                        *k = Some(
+                            input
+                                .get(start..i.min(input.len()))
+                                .unwrap_or("")
+                                .to_owned(),
+                        );
+                    }
+                    expect_key = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if object {
+        if let Some(Frame::Obj(k)) = stack.last_mut() {
+            *k = None;
+        }
+    }
+    let mut path = String::new();
+    for f in &stack {
+        match f {
+            Frame::Obj(Some(k)) => {
+                path.push('.');
+                path.push_str(k);
+            }
+            Frame::Obj(None) => {}
+            Frame::Arr(n) => {
+                path.push('[');
+                path.push_str(&n.to_string());
+                path.push(']');
+            }
+        }
+    }
+    path
 }
 
 /// A function definition: OpenAI chat nests it in `function`, Responses flattens it.
@@ -224,18 +384,22 @@ pub fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, GwError> {
 pub struct ToolDef<'a> {
     #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
     pub kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    name: &'a RawValue,
     #[serde(default, borrow)]
-    description: Option<&'a RawValue>,
+    pub name: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    parameters: Option<&'a RawValue>,
+    pub description: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub parameters: Option<&'a RawValue>,
 }
 
 impl<'a> ToolDef<'a> {
-    pub fn tool(self) -> Result<Tool<'a>, GwError> {
+    /// The function tool; `at` names it in errors (`tools[3]`).
+    pub fn tool(self, at: &dyn Fn() -> String) -> Result<Tool<'a>, GwError> {
+        let name = self
+            .name
+            .ok_or_else(|| bad(format!("{}.name is required", at())))?;
         Ok(Tool {
-            name: lit(self.name, "tool name")?,
+            name: lit(name, "tool name")?,
             description: opt_lit(self.description, "tool description")?,
             parameters: object(self.parameters, "tool parameters")?,
         })
@@ -250,6 +414,9 @@ pub struct NamedChoice<'a> {
     pub name: Option<&'a RawValue>,
     #[serde(default, borrow)]
     function: Option<NamedFn<'a>>,
+    /// Anthropic: at most one tool call per turn.
+    #[serde(default)]
+    pub disable_parallel_tool_use: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -263,15 +430,14 @@ pub fn openai_choice(raw: Option<&RawValue>) -> Result<Option<ToolChoice<'_>>, G
     let Some(raw) = raw else { return Ok(None) };
     let s = raw.get();
     if s.starts_with('"') {
-        let mode: Cow<str> =
-            serde_json::from_str(s).map_err(|e| bad(format!("tool_choice: {e}")))?;
+        let mode: Cow<str> = from_json(s, || "tool_choice".to_owned())?;
         return Ok(Some(match &*mode {
             "none" => ToolChoice::None,
             "required" => ToolChoice::Required,
             _ => ToolChoice::Auto,
         }));
     }
-    let c: NamedChoice = serde_json::from_str(s).map_err(|e| bad(format!("tool_choice: {e}")))?;
+    let c: NamedChoice = from_json(s, || "tool_choice".to_owned())?;
     let name = c.function.map(|f| f.name).or(c.name);
     Ok(match name {
         Some(n) => Some(ToolChoice::Named(lit(n, "tool_choice name")?)),

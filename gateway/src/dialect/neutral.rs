@@ -50,6 +50,9 @@ impl Text<'_> {
 pub enum Role {
     User,
     Assistant,
+    /// A system (or developer) message inside the conversation, where the client put it: a chat
+    /// upstream keeps it there; an Anthropic upstream takes it into its system prompt.
+    System,
 }
 
 #[derive(Debug)]
@@ -113,6 +116,78 @@ pub enum ToolChoice<'a> {
     Named(Text<'a>),
 }
 
+/// How hard the model should reason: OpenAI's `reasoning_effort` / `reasoning.effort`,
+/// Anthropic's `output_config.effort` (or a thinking budget, read as the nearest effort).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    /// An effort as OpenAI or Anthropic names it; `None` for a name neither uses.
+    pub fn from_name(name: &str) -> Option<Effort> {
+        Some(match name {
+            "minimal" | "none" => Effort::Minimal,
+            "low" => Effort::Low,
+            "medium" => Effort::Medium,
+            "high" | "xhigh" | "max" => Effort::High,
+            _ => return None,
+        })
+    }
+
+    /// The effort nearest an Anthropic thinking budget (tokens).
+    pub fn from_budget(tokens: u64) -> Effort {
+        match tokens {
+            0..=2047 => Effort::Low,
+            2048..=12287 => Effort::Medium,
+            _ => Effort::High,
+        }
+    }
+
+    /// OpenAI's name of this effort.
+    pub fn openai(self) -> &'static str {
+        match self {
+            Effort::Minimal => "minimal",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+
+    /// Anthropic's name of this effort (its scale starts at `low`).
+    pub fn anthropic(self) -> &'static str {
+        match self {
+            Effort::Minimal | Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+}
+
+/// A hosted (server-side) web search tool: OpenAI Responses' `web_search`, Anthropic's
+/// `web_search_20250305`. Its options are kept raw.
+#[derive(Debug, Default)]
+pub struct WebSearch<'a> {
+    /// A JSON array of domain strings.
+    pub allowed_domains: Option<&'a str>,
+    /// The approximate-location object both dialects share.
+    pub user_location: Option<&'a str>,
+}
+
+/// A request part with no counterpart in the upstream's dialect (docs/translation-policy.md):
+/// refused with a 400 naming it, unless the alias's `drop` list names `part`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmapped {
+    /// The part's name as an alias's `drop` list writes it (`cache_control`, `include`,
+    /// `tools.file_search`).
+    pub part: Cow<'static, str>,
+    /// Where the request carries it first, in the client's dialect (`system[1].cache_control`).
+    pub at: String,
+}
+
 #[derive(Debug, Default)]
 pub struct Request<'a> {
     pub system: Vec<Text<'a>>,
@@ -126,9 +201,38 @@ pub struct Request<'a> {
     pub stream: bool,
     /// Chat clients only: whether they asked for the final usage chunk.
     pub include_usage: bool,
+    pub effort: Option<Effort>,
+    /// `false` when the client allows at most one tool call per turn.
+    pub parallel_tool_calls: Option<bool>,
+    /// The end user's id: OpenAI's `user`, Anthropic's `metadata.user_id`.
+    pub user: Option<Text<'a>>,
+    pub web_search: Option<WebSearch<'a>>,
+    /// Namespaces whose tools were flattened into `{namespace}__{name}` (Responses `namespace`
+    /// tools), so that the answer's calls are put back under theirs.
+    pub namespaces: Vec<String>,
+    /// Parts with no counterpart upstream, each once.
+    pub unmapped: Vec<Unmapped>,
 }
 
 impl<'a> Request<'a> {
+    /// Notes each top-level field with no counterpart upstream that the request sets (a list of
+    /// (name, whether it asks for anything)).
+    pub fn unmapped_fields(&mut self, fields: &[(&'static str, bool)]) {
+        for &(part, present) in fields {
+            if present {
+                self.unmapped(part, || part.to_owned());
+            }
+        }
+    }
+
+    /// Notes a part with no counterpart upstream (once per part name).
+    pub fn unmapped(&mut self, part: impl Into<Cow<'static, str>>, at: impl FnOnce() -> String) {
+        let part = part.into();
+        if !self.unmapped.iter().any(|u| u.part == part) {
+            self.unmapped.push(Unmapped { part, at: at() });
+        }
+    }
+
     /// Adds a part to the last turn when it has the same role, else starts a turn.
     pub fn push(&mut self, role: Role, part: Part<'a>) {
         match self.messages.last_mut() {

@@ -14,7 +14,7 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Decoder, Encoder, Event};
+use crate::dialect::neutral::{Decoder, Encoder, Event, Unmapped};
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::{chat, messages, responses, Dialect};
 use crate::sse::SseEvent;
@@ -24,6 +24,11 @@ pub struct Translation {
     pub client: Dialect,
     pub upstream: Dialect,
     pub include_usage: bool,
+    /// Namespaces whose tools the request flattened: their calls go back under them.
+    pub namespaces: Vec<String>,
+    /// The parts dropped because the alias's `drop` list names them (empty when none), comma
+    /// separated, for the response header and the access log.
+    pub dropped: String,
 }
 
 impl Translation {
@@ -41,7 +46,7 @@ impl Translation {
         let v = match self.client {
             Dialect::Chat => chat::response::encode(&resp, alias),
             Dialect::Messages => messages::response::encode(&resp, alias),
-            Dialect::Responses => responses::response::encode(&resp, alias),
+            Dialect::Responses => responses::response::encode(&resp, alias, &self.namespaces),
         };
         Ok(Bytes::from(
             serde_json::to_vec(&v).expect("serializing a Value cannot fail"),
@@ -58,7 +63,10 @@ impl Translation {
         let encoder: Box<dyn Encoder> = match self.client {
             Dialect::Chat => Box::new(chat::stream::StreamEncoder::new(alias, self.include_usage)),
             Dialect::Messages => Box::new(messages::stream::StreamEncoder::new(alias)),
-            Dialect::Responses => Box::new(responses::stream::StreamEncoder::new(alias)),
+            Dialect::Responses => Box::new(responses::stream::StreamEncoder::new(
+                alias,
+                self.namespaces,
+            )),
         };
         Box::new(Translate {
             decoder,
@@ -105,18 +113,22 @@ impl StreamTransform for Translate {
 }
 
 /// Decodes the client's request and encodes it for the upstream, whose model is the JSON string
-/// literal `upstream_model_json`.
+/// literal `upstream_model_json`. A part with no counterpart upstream is a 400 naming it unless
+/// `drop` (the alias's `drop` list) names it; then it is left out and listed in
+/// [`Translation::dropped`].
 pub fn request(
     client: Dialect,
     upstream: Dialect,
     body: &[u8],
     upstream_model_json: &[u8],
+    drop: &[String],
 ) -> Result<(Bytes, Translation), GwError> {
-    let req = match client {
+    let mut req = match client {
         Dialect::Chat => chat::request::decode(body)?,
         Dialect::Messages => messages::request::decode(body)?,
         Dialect::Responses => responses::request::decode(body)?,
     };
+    let dropped = settle_unmapped(&req.unmapped, upstream, drop)?;
     let bytes = match upstream {
         Dialect::Chat => chat::request::encode(&req, upstream_model_json),
         Dialect::Messages => messages::request::encode(&req, upstream_model_json),
@@ -133,8 +145,53 @@ pub fn request(
             client,
             upstream,
             include_usage: req.include_usage,
+            namespaces: std::mem::take(&mut req.namespaces),
+            dropped,
         },
     ))
+}
+
+/// The parts with no counterpart upstream: a 400 naming those the alias does not drop, else the
+/// dropped ones' names, comma separated.
+fn settle_unmapped(
+    unmapped: &[Unmapped],
+    upstream: Dialect,
+    drop: &[String],
+) -> Result<String, GwError> {
+    let refused: Vec<&Unmapped> = unmapped
+        .iter()
+        .filter(|u| !drop.iter().any(|d| *d == u.part))
+        .collect();
+    if !refused.is_empty() {
+        let names: Vec<String> = refused
+            .iter()
+            .map(|u| {
+                if u.at == u.part {
+                    u.part.to_string()
+                } else {
+                    format!("{} (at {})", u.part, u.at)
+                }
+            })
+            .collect();
+        let target = match upstream {
+            Dialect::Chat => "OpenAI Chat Completions",
+            Dialect::Messages => "Anthropic Messages",
+            Dialect::Responses => "OpenAI Responses",
+        };
+        return Err(GwError::bad_request(format!(
+            "this model's upstream speaks {target}, which has no counterpart for: {}; the gateway \
+             refuses rather than drop them (the model's `drop` setting can allow dropping them)",
+            names.join(", ")
+        )));
+    }
+    let mut dropped = String::new();
+    for u in unmapped {
+        if !dropped.is_empty() {
+            dropped.push(',');
+        }
+        dropped.push_str(&u.part);
+    }
+    Ok(dropped)
 }
 
 #[cfg(test)]
@@ -326,7 +383,7 @@ mod tests {
         assert!(msgs(
             r#"[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"https://e.com/i.png"}}]}]"#
         )
-        .contains("tool_result content"));
+        .contains("messages[0].content[0].content[0]"));
     }
 
     #[test]
@@ -357,6 +414,291 @@ mod tests {
                 .unwrap()
                 .status,
             400
+        );
+    }
+
+    fn drop(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    /// A request shaped as Claude Code sends it (cache marks, a system message inside
+    /// `messages`, thinking and effort, metadata) to a chat upstream.
+    #[test]
+    fn claude_code_shaped_request_to_chat() {
+        let body = br#"{"model":"x","max_tokens":64000,"stream":true,
+            "metadata":{"user_id":"u-1"},"thinking":{"type":"adaptive"},
+            "output_config":{"effort":"high"},
+            "context_management":{"edits":[{"type":"clear_thinking_20251015","keep":"all"}]},
+            "system":[{"type":"text","text":"s1"},{"type":"text","text":"s2","cache_control":{"type":"ephemeral"}}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]},
+                        {"role":"system","content":"agents: x"},
+                        {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"ls"}}]},
+                        {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"a.txt"}]}]}],
+            "tools":[{"name":"Bash","input_schema":{"type":"object"}}],
+            "tool_choice":{"type":"auto","disable_parallel_tool_use":true}}"#;
+        let err = request(Dialect::Messages, Dialect::Chat, body, br#""up""#, &[])
+            .err()
+            .unwrap();
+        assert_eq!(err.status, 400);
+        assert!(
+            err.message
+                .contains("cache_control (at system[1].cache_control)"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("context_management"),
+            "{}",
+            err.message
+        );
+        let (b, t) = request(
+            Dialect::Messages,
+            Dialect::Chat,
+            body,
+            br#""up""#,
+            &drop(&["cache_control", "context_management"]),
+        )
+        .unwrap();
+        assert_eq!(t.dropped, "cache_control,context_management");
+        let c = v(&b);
+        let roles: Vec<&str> = c["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            ["system", "system", "user", "system", "assistant", "tool"]
+        );
+        assert_eq!(c["messages"][3]["content"], "agents: x");
+        assert_eq!(c["messages"][5]["content"], "a.txt");
+        assert_eq!(c["reasoning_effort"], "high");
+        assert_eq!(c["user"], "u-1");
+        assert_eq!(c["parallel_tool_calls"], false);
+    }
+
+    /// A request shaped as Codex sends it (developer messages, a namespace tool, the hosted web
+    /// search, reasoning, include, store, cache key, client metadata) to an Anthropic upstream,
+    /// and a call of a namespaced tool back.
+    #[test]
+    fn codex_shaped_request_to_messages_and_namespaced_calls_back() {
+        let body = br#"{"model":"x","stream":false,"store":false,"parallel_tool_calls":false,
+            "reasoning":{"effort":"medium","summary":"auto"},"include":["reasoning.encrypted_content"],
+            "prompt_cache_key":"k","client_metadata":{"a":"b"},"tool_choice":"auto",
+            "input":[{"type":"message","id":"m0","role":"developer","content":[{"type":"input_text","text":"dev"}]},
+                     {"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}]},
+                     {"type":"reasoning","id":"rs","summary":[],"encrypted_content":"zz"},
+                     {"type":"function_call","call_id":"c1","namespace":"multi","name":"close","arguments":"{}"},
+                     {"type":"function_call_output","call_id":"c1","output":"done"}],
+            "tools":[{"type":"function","name":"exec_command","strict":false,"parameters":{"type":"object"}},
+                     {"type":"namespace","name":"multi","description":"d","tools":[{"type":"function","name":"close","parameters":{"type":"object"}}]},
+                     {"type":"web_search","external_web_access":true}]}"#;
+        let err = request(Dialect::Responses, Dialect::Messages, body, br#""up""#, &[])
+            .err()
+            .unwrap();
+        for part in [
+            "reasoning.summary",
+            "include",
+            "prompt_cache_key",
+            "client_metadata",
+        ] {
+            assert!(err.message.contains(part), "{part}: {}", err.message);
+        }
+        assert!(
+            !err.message.contains("store"),
+            "store: false is Anthropic's own behaviour"
+        );
+        let all = drop(&[
+            "reasoning.summary",
+            "include",
+            "prompt_cache_key",
+            "client_metadata",
+        ]);
+        let (b, t) = request(
+            Dialect::Responses,
+            Dialect::Messages,
+            body,
+            br#""up""#,
+            &all,
+        )
+        .unwrap();
+        let m = v(&b);
+        assert_eq!(m["system"], "dev");
+        let names: Vec<&str> = m["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["exec_command", "multi__close", "web_search"]);
+        assert_eq!(m["tools"][2]["type"], "web_search_20250305");
+        assert_eq!(
+            m["tool_choice"],
+            json!({"type":"auto","disable_parallel_tool_use":true})
+        );
+        assert_eq!(m["output_config"], json!({"effort":"medium"}));
+        assert_eq!(m["messages"][1]["content"][0]["name"], "multi__close");
+        assert_eq!(t.namespaces, ["multi"]);
+        // The answer's call of the flattened tool goes back under its namespace.
+        let answer = br#"{"id":"msg_1","type":"message","role":"assistant","model":"up",
+            "content":[{"type":"tool_use","id":"t9","name":"multi__close","input":{"target":"a"}}],
+            "stop_reason":"tool_use","usage":{"input_tokens":1,"output_tokens":1}}"#;
+        let r = v(&t.response(answer, "alias").unwrap());
+        assert_eq!(r["output"][0]["namespace"], "multi");
+        assert_eq!(r["output"][0]["name"], "close");
+    }
+
+    /// Decode errors name the part in the request's own terms: no serde wording, no position.
+    #[test]
+    fn decode_errors_name_the_part() {
+        let cases: [(Dialect, &[u8], &str); 5] = [
+            (
+                Dialect::Responses,
+                br#"{"input":"hi","tools":[{"type":"function","name":"a"},{"type":"web_search"},{"type":"function","parameters":{}}]}"#,
+                "tools[2].name is required",
+            ),
+            (
+                Dialect::Messages,
+                br#"{"max_tokens":1,"messages":[{"role":"user","content":"a"},{"content":"b"}]}"#,
+                "messages[1].role is required",
+            ),
+            (
+                Dialect::Messages,
+                br#"{"max_tokens":1,"messages":[{"role":"user","content":[{"text":"b"}]}]}"#,
+                "messages[0].content[0].type is required",
+            ),
+            (
+                Dialect::Chat,
+                br#"{"messages":[{"role":"user","content":"a"}],"max_tokens":"many"}"#,
+                "max_tokens must be",
+            ),
+            (Dialect::Chat, br#"{"messages":[{"role":"user""#, "the JSON ends early"),
+        ];
+        for (client, body, want) in cases {
+            let up = if client == Dialect::Chat {
+                Dialect::Messages
+            } else {
+                Dialect::Chat
+            };
+            let e = request(client, up, body, br#""up""#, &[]).err().unwrap();
+            assert!(e.message.contains(want), "{want:?} in {:?}", e.message);
+            for internal in ["missing field", "line 1", "column", "invalid type"] {
+                assert!(
+                    !e.message.contains(internal),
+                    "{internal:?} in {:?}",
+                    e.message
+                );
+            }
+        }
+    }
+
+    /// The agent-shaped payloads (shapes/payloads), cut short and with bytes replaced at many
+    /// places, through every client dialect and both upstreams, with and without drop lists:
+    /// no panic, and no error that speaks the JSON library's words.
+    #[test]
+    fn damaged_agent_requests_get_errors_in_the_requests_terms() {
+        let seeds: [&[u8]; 2] = [
+            include_bytes!("../../../shapes/payloads/agent-claude-code.json"),
+            include_bytes!("../../../shapes/payloads/agent-codex.json"),
+        ];
+        let drops = drop(&[
+            "cache_control",
+            "context_management",
+            "reasoning.summary",
+            "include",
+            "prompt_cache_key",
+            "client_metadata",
+        ]);
+        let check = |body: &[u8]| {
+            for client in [Dialect::Chat, Dialect::Messages, Dialect::Responses] {
+                for up in [Dialect::Chat, Dialect::Messages] {
+                    for d in [&[][..], &drops[..]] {
+                        if let Err(e) = request(client, up, body, br#""up""#, d) {
+                            for internal in
+                                ["missing field", " at line ", " column ", "invalid type"]
+                            {
+                                assert!(
+                                    !e.message.contains(internal),
+                                    "{internal:?} in {:?}",
+                                    e.message
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        for seed in seeds {
+            check(seed);
+            let step = seed.len() / 23;
+            for at in (1..seed.len()).step_by(step) {
+                check(&seed[..at]);
+                for b in [b'0', b'"', b'}', b','] {
+                    let mut m = seed.to_vec();
+                    m[at] = b;
+                    check(&m);
+                }
+            }
+        }
+    }
+
+    /// A chat client's parameters that Anthropic lacks are refused (or dropped when the alias
+    /// says so) only when they ask for something: their default values pass.
+    #[test]
+    fn chat_only_parameters_are_noted_when_they_ask_for_something() {
+        let body = |extra: &str| {
+            format!(r#"{{"model":"x","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+        };
+        let passes = body(
+            r#","n":1,"logprobs":false,"seed":null,"store":false,"response_format":{"type": "text"},
+               "service_tier":"auto","modalities":["text"],"frequency_penalty":0,"safety_identifier":"u9""#,
+        );
+        let (b, _) = request(
+            Dialect::Chat,
+            Dialect::Messages,
+            passes.as_bytes(),
+            br#""up""#,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(v(&b)["metadata"], json!({"user_id": "u9"}));
+        let asks = body(
+            r#","n":2,"seed":7,"store":true,"response_format":{"type":"json_schema"},"logit_bias":{"1":2},
+               "functions":[{"name":"f"}]"#,
+        );
+        let e = request(
+            Dialect::Chat,
+            Dialect::Messages,
+            asks.as_bytes(),
+            br#""up""#,
+            &[],
+        )
+        .err()
+        .unwrap();
+        let parts = [
+            "n",
+            "seed",
+            "store",
+            "response_format",
+            "logit_bias",
+            "functions",
+        ];
+        for part in parts {
+            assert!(e.message.contains(part), "{part}: {}", e.message);
+        }
+        let all = drop(&parts);
+        let (_, t) = request(
+            Dialect::Chat,
+            Dialect::Messages,
+            asks.as_bytes(),
+            br#""up""#,
+            &all,
+        )
+        .unwrap();
+        assert_eq!(
+            t.dropped,
+            "n,response_format,logit_bias,seed,store,functions"
         );
     }
 }

@@ -327,6 +327,10 @@ pub(super) fn write_line(
         out.extend_from_slice(b",\"stream_error\":");
         json::write_str(out, e);
     }
+    if let Some(d) = &i.dropped {
+        out.extend_from_slice(b",\"dropped\":");
+        json::write_str(out, d);
+    }
     out.extend_from_slice(b"}\n");
 }
 

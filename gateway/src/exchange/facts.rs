@@ -36,6 +36,8 @@ pub(super) struct Facts {
     pub(super) rejected: Option<Rejection>,
     pub(super) error: Option<String>,
     pub(super) stream_error: Option<String>,
+    /// The request parts translation dropped (the alias's `drop` list), comma separated.
+    pub(super) dropped: Option<String>,
     /// The route's deployment of the latest attempt (the one that served, if one did).
     pub(super) deployment: Option<u8>,
     pub(super) attempts: u8,

@@ -67,6 +67,7 @@ impl Record {
                 rejected: None,
                 error: None,
                 stream_error: None,
+                dropped: None,
                 deployment: None,
                 attempts: 0,
                 failed: Vec::new(),
@@ -143,6 +144,11 @@ impl Record {
     /// goes on to another deployment.
     pub fn attempt_failed(&mut self, deployment: usize, outcome: AttemptOutcome, status: u16) {
         self.with(|i| i.failed.push((deployment as u8, outcome, status)));
+    }
+
+    /// The request parts translation dropped for this attempt (comma separated), for the line.
+    pub fn dropped(&mut self, parts: &str) {
+        self.with(|i| i.dropped = Some(parts.to_owned()));
     }
 
     /// Keeps the serving attempt's lease until the request (a stream: the stream) has ended.

@@ -55,15 +55,16 @@ pub fn section(
         let Some(o) = c.obj(v, &path) else {
             continue;
         };
-        if let Some(entry) = alias_entry(c, top, providers, o, &path) {
-            parsed.push((alias, entry));
+        let drop = drop_list(c, o, &path);
+        if let (Some(entry), Some(drop)) = (alias_entry(c, top, providers, o, &path), drop) {
+            parsed.push((alias, (entry.0, entry.1, drop)));
         }
     }
     let mut upstreams: Vec<(String, String)> = Vec::new();
     let mut slot: HashMap<(String, String), usize> = HashMap::new();
     let mut choices = 0;
     let mut laid_out = Vec::new();
-    for (alias, (strategy, written)) in parsed {
+    for (alias, (strategy, written, drop)) in parsed {
         let deployments: Vec<(Written, usize, usize)> = written
             .into_iter()
             .map(|w| {
@@ -76,14 +77,14 @@ pub fn section(
                 (w, upstream, choices - 1)
             })
             .collect();
-        laid_out.push((alias, strategy, deployments));
+        laid_out.push((alias, strategy, deployments, drop));
     }
     let table = Arc::new(Table {
         generation: GENERATION.fetch_add(1, Ordering::Relaxed),
         upstreams,
         choices,
     });
-    for (alias, strategy, deployments) in laid_out {
+    for (alias, strategy, deployments, drop) in laid_out {
         let deployments = deployments
             .into_iter()
             .map(|(w, upstream, choice)| Deployment {
@@ -105,6 +106,7 @@ pub fn section(
                 deployments,
                 strategy,
                 table: table.clone(),
+                drop,
             }),
         );
     }
@@ -135,7 +137,7 @@ fn alias_entry(
         let d = deployment(c, top, providers, o, path, false);
         return Some((strategy?, vec![d?]));
     };
-    c.warn_unknown(o, path, &["deployments", "strategy"]);
+    c.warn_unknown(o, path, &["deployments", "strategy", "drop"]);
     let dpath = format!("{path}.deployments");
     let Some(list) = list.as_array() else {
         c.err(dpath, "must be an array of deployments");
@@ -180,6 +182,27 @@ fn alias_entry(
         return None;
     }
     Some((strategy?, out))
+}
+
+/// The alias's `drop` list: the request parts with no counterpart in a deployment's dialect that
+/// translation may leave out (reported in `x-gateway-dropped` and the access log) instead of
+/// refusing the request (docs/translation-policy.md). Empty when absent.
+fn drop_list(c: &mut Checker, o: &Map<String, Value>, path: &str) -> Option<Box<[String]>> {
+    let Some(v) = o.get("drop") else {
+        return Some(Box::default());
+    };
+    let names = v.as_array().and_then(|l| {
+        l.iter()
+            .map(|n| n.as_str().filter(|s| !s.is_empty()).map(str::to_owned))
+            .collect::<Option<Vec<String>>>()
+    });
+    if names.is_none() {
+        c.err(
+            format!("{path}.drop"),
+            "must be an array of part names (docs/translation-policy.md)",
+        );
+    }
+    names.map(Vec::into_boxed_slice)
 }
 
 /// One deployment: `provider` (a known one), `model`, and in the list form `weight` (default 1)
@@ -361,5 +384,22 @@ mod tests {
         // A declared provider that failed its own checks is not reported again here.
         assert!(!paths.iter().any(|p| p.contains("[3]")), "{paths:?}");
         assert!(routes.is_empty());
+    }
+
+    #[test]
+    fn drop_lists_are_read_and_checked() {
+        let (routes, c) = load(serde_json::json!({
+            "ok": {"provider": "a", "model": "m", "drop": ["cache_control", "include"]},
+            "pool": {"drop": ["store"], "deployments": [{"provider": "b", "model": "n"}]},
+            "none": {"provider": "a", "model": "m"},
+            "bad": {"provider": "a", "model": "m", "drop": "cache_control"},
+            "empty": {"provider": "a", "model": "m", "drop": [""]},
+        }));
+        let paths: Vec<&str> = c.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["$.models.bad.drop", "$.models.empty.drop"]);
+        assert_eq!(&*routes["ok"].drop, ["cache_control", "include"]);
+        assert_eq!(&*routes["pool"].drop, ["store"]);
+        assert!(routes["none"].drop.is_empty());
+        assert!(!routes.contains_key("bad"));
     }
 }

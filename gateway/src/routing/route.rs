@@ -48,6 +48,8 @@ pub struct Route {
     pub strategy: Strategy,
     /// The layout of the per-worker state this route's indices point into.
     pub table: Arc<Table>,
+    /// Request parts translation may drop for this alias rather than refuse (`drop`).
+    pub drop: Box<[String]>,
 }
 
 impl Route {

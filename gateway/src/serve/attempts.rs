@@ -146,7 +146,13 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
         let b = dom_rewrite(c.body, &d.upstream_model).unwrap_or(b);
         (b, None)
     } else {
-        let (b, t) = translate::request(c.dialect, up_dialect, c.body, &d.upstream_json)?;
+        let (b, t) = translate::request(
+            c.dialect,
+            up_dialect,
+            c.body,
+            &d.upstream_json,
+            &c.route.drop,
+        )?;
         (UpBody::one(b), Some(t))
     };
     Ok(Prepared {
@@ -170,6 +176,15 @@ async fn send(
 ) -> Result<GwResponse, GwError> {
     let d = &c.route.deployments[i];
     let native = p.translation.is_none();
+    // The parts translation dropped, said in a response header and the access log.
+    let dropped = p
+        .translation
+        .as_ref()
+        .filter(|t| !t.dropped.is_empty())
+        .and_then(|t| {
+            rec.dropped(&t.dropped);
+            HeaderValue::from_str(&t.dropped).ok()
+        });
     let label = c.snap.metric_upstreams.index(d.upstream);
     let request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
     // One clock read for the deadline and the record.
@@ -200,7 +215,7 @@ async fn send(
         };
         let transform = rec.track_stream(transform);
         let body = SseBody::new(upstream_body, conn, transform, c.snap.upstream_timeout);
-        return Ok(sse_response(body, head.headers));
+        return Ok(with_dropped(sse_response(body, head.headers), dropped));
     }
 
     let retry_after = if status.is_success() {
@@ -272,10 +287,21 @@ async fn send(
         }
         Some(t) => {
             rec.usage_from_body(&bytes);
-            t.response(&bytes, &c.route.alias)
-                .map(|b| json_response_parts(StatusCode::OK, UpBody::one(b), head.headers))
+            t.response(&bytes, &c.route.alias).map(|b| {
+                let r = json_response_parts(StatusCode::OK, UpBody::one(b), head.headers);
+                with_dropped(r, dropped)
+            })
         }
     }
+}
+
+/// `x-gateway-dropped: <parts>` on a translated answer whose request lost parts to the alias's
+/// `drop` list (docs/translation-policy.md).
+fn with_dropped(mut r: GwResponse, dropped: Option<HeaderValue>) -> GwResponse {
+    if let Some(v) = dropped {
+        r.headers_mut().insert("x-gateway-dropped", v);
+    }
+    r
 }
 
 /// An attempt that got no answer: counted, reported on its lease, and answered with `err` if no

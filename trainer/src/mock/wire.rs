@@ -46,6 +46,12 @@ pub struct Plan {
     pub include_usage: bool,
     pub frames: usize,
     pub tool_call: bool,
+    /// A scripted tool call (`[[mock:call:NAME:ARGS]]`): (tool name, arguments as JSON text).
+    /// Answered only while the conversation holds no tool result (see `mock::plan`).
+    pub call: Option<(String, String)>,
+    /// The text of the answer in place of the greeting: after a scripted call, the tool result
+    /// the conversation carries back, so that a client can see it crossed the gateway.
+    pub answer: Option<String>,
     pub status: Option<u16>,
     pub fail_mid_stream: bool,
     pub stall: bool,
@@ -71,6 +77,8 @@ impl Plan {
             include_usage: false,
             frames: DEFAULT_FRAMES,
             tool_call: false,
+            call: None,
+            answer: None,
             status: None,
             fail_mid_stream: false,
             stall: false,
@@ -85,11 +93,52 @@ impl Plan {
 
     /// Number of output tokens reported in usage: one per content frame.
     pub fn output_tokens(&self) -> u64 {
-        if self.tool_call {
-            TOOL_ARGUMENT_PIECES.len() as u64
+        if self.calls_tool() {
+            self.arg_pieces().len() as u64
         } else {
-            self.frames as u64
+            self.text_pieces().len() as u64
         }
+    }
+
+    /// Whether the answer is a tool call (`[[mock:tool_call]]` or a scripted call).
+    pub fn calls_tool(&self) -> bool {
+        self.tool_call || self.call.is_some()
+    }
+
+    /// The tool call's name and its arguments as JSON text.
+    pub fn tool(&self) -> (&str, &str) {
+        match &self.call {
+            Some((name, args)) => (name, args),
+            None => (TOOL_NAME, TOOL_ARGUMENTS),
+        }
+    }
+
+    /// The tool arguments in the pieces a stream sends them in: [`TOOL_ARGUMENT_PIECES`], or a
+    /// scripted call's arguments cut in two (at a character boundary).
+    pub fn arg_pieces(&self) -> Vec<&str> {
+        match &self.call {
+            Some((_, args)) => {
+                let mut mid = args.len() / 2;
+                while !args.is_char_boundary(mid) {
+                    mid += 1;
+                }
+                vec![&args[..mid], &args[mid..]]
+            }
+            None => TOOL_ARGUMENT_PIECES.to_vec(),
+        }
+    }
+
+    /// The text pieces of a text answer: the scripted answer in one piece, or [`text_pieces`].
+    pub fn text_pieces(&self) -> Vec<std::borrow::Cow<'_, str>> {
+        match &self.answer {
+            Some(a) => vec![std::borrow::Cow::Borrowed(a.as_str())],
+            None => text_pieces(self.frames).collect(),
+        }
+    }
+
+    /// The full text of a text answer.
+    pub fn text(&self) -> String {
+        self.text_pieces().concat()
     }
 
     /// Apply the `[[mock:...]]` directives found in `text` (the last user message).
@@ -119,6 +168,16 @@ impl Plan {
                 Some(("retry_after", n)) => {
                     if let Ok(n) = n.trim().parse::<u64>() {
                         self.retry_after = Some(n);
+                    }
+                }
+                Some(("call", spec)) => {
+                    // NAME:ARGS, the arguments a JSON object (anything else is ignored).
+                    if let Some((name, args)) = spec.split_once(':') {
+                        let object = serde_json::from_str::<serde_json::Value>(args)
+                            .is_ok_and(|v| v.is_object());
+                        if !name.is_empty() && object {
+                            self.call = Some((name.to_owned(), args.to_owned()));
+                        }
                     }
                 }
                 Some(("status", n)) => {
@@ -265,18 +324,19 @@ fn chat_json(plan: &Plan) -> String {
         r#"{{"id":"chatcmpl-mock","object":"chat.completion","created":{CREATED},"model":{},"choices":[{{"index":0,"message":{{"role":"assistant","#,
         plan.model_json
     );
-    let finish = if plan.tool_call {
+    let finish = if plan.calls_tool() {
         let _ = write!(
             s,
-            r#""content":null,"tool_calls":[{{"id":"call_mock_1","type":"function","function":{{"name":"{TOOL_NAME}","arguments":{}}}}}],"refusal":null}}"#,
-            json_str(TOOL_ARGUMENTS)
+            r#""content":null,"tool_calls":[{{"id":"call_mock_1","type":"function","function":{{"name":{},"arguments":{}}}}}],"refusal":null}}"#,
+            json_str(plan.tool().0),
+            json_str(plan.tool().1)
         );
         "tool_calls"
     } else {
         let _ = write!(
             s,
             r#""content":{},"refusal":null}}"#,
-            json_str(&expected_text(plan.frames))
+            json_str(&plan.text())
         );
         "stop"
     };
@@ -303,14 +363,15 @@ fn chat_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
         plan.model_json
     );
     let mut frames = Vec::with_capacity(plan.frames + 5);
-    let finish = if plan.tool_call {
+    let finish = if plan.calls_tool() {
         frames.push(chat_chunk(
             &prefix,
             &format!(
-                r#"{{"index":0,"delta":{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock_1","type":"function","function":{{"name":"{TOOL_NAME}","arguments":""}}}}]}},"logprobs":null,"finish_reason":null}}"#
+                r#"{{"index":0,"delta":{{"role":"assistant","content":null,"tool_calls":[{{"index":0,"id":"call_mock_1","type":"function","function":{{"name":{},"arguments":""}}}}]}},"logprobs":null,"finish_reason":null}}"#,
+                json_str(plan.tool().0)
             ),
         ));
-        for piece in TOOL_ARGUMENT_PIECES {
+        for piece in plan.arg_pieces() {
             frames.push(chat_chunk(
                 &prefix,
                 &format!(
@@ -325,7 +386,7 @@ fn chat_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
             &prefix,
             r#"{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}"#,
         ));
-        for piece in text_pieces(plan.frames) {
+        for piece in plan.text_pieces() {
             frames.push(chat_chunk(
                 &prefix,
                 &format!(
@@ -366,19 +427,18 @@ fn sse_event(event: &str, data: &str) -> Bytes {
 }
 
 fn messages_json(plan: &Plan) -> String {
-    let (content, stop) = if plan.tool_call {
+    let (content, stop) = if plan.calls_tool() {
         (
             format!(
-                r#"[{{"type":"tool_use","id":"toolu_mock_1","name":"{TOOL_NAME}","input":{TOOL_ARGUMENTS}}}]"#
+                r#"[{{"type":"tool_use","id":"toolu_mock_1","name":{},"input":{}}}]"#,
+                json_str(plan.tool().0),
+                plan.tool().1
             ),
             "tool_use",
         )
     } else {
         (
-            format!(
-                r#"[{{"type":"text","text":{}}}]"#,
-                json_str(&expected_text(plan.frames))
-            ),
+            format!(r#"[{{"type":"text","text":{}}}]"#, json_str(&plan.text())),
             "end_turn",
         )
     };
@@ -399,15 +459,16 @@ fn messages_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
             plan.model_json, plan.input_tokens
         ),
     ));
-    let stop = if plan.tool_call {
+    let stop = if plan.calls_tool() {
         frames.push(sse_event(
             "content_block_start",
             &format!(
-                r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":"toolu_mock_1","name":"{TOOL_NAME}","input":{{}}}}}}"#
+                r#"{{"type":"content_block_start","index":0,"content_block":{{"type":"tool_use","id":"toolu_mock_1","name":{},"input":{{}}}}}}"#,
+                json_str(plan.tool().0)
             ),
         ));
         frames.push(sse_event("ping", r#"{"type":"ping"}"#));
-        for piece in TOOL_ARGUMENT_PIECES {
+        for piece in plan.arg_pieces() {
             frames.push(sse_event(
                 "content_block_delta",
                 &format!(
@@ -423,7 +484,7 @@ fn messages_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
         ));
         frames.push(sse_event("ping", r#"{"type":"ping"}"#));
-        for piece in text_pieces(plan.frames) {
+        for piece in plan.text_pieces() {
             frames.push(sse_event(
                 "content_block_delta",
                 &format!(
@@ -479,18 +540,19 @@ fn responses_message_item(status: &str, text: Option<&str>) -> String {
     }
 }
 
-fn responses_call_item(status: &str, arguments: &str) -> String {
+fn responses_call_item(status: &str, name: &str, arguments: &str) -> String {
     format!(
-        r#"{{"id":"fc_mock_1","type":"function_call","status":"{status}","call_id":"call_mock_1","name":"{TOOL_NAME}","arguments":{}}}"#,
+        r#"{{"id":"fc_mock_1","type":"function_call","status":"{status}","call_id":"call_mock_1","name":{},"arguments":{}}}"#,
+        json_str(name),
         json_str(arguments)
     )
 }
 
 fn responses_json(plan: &Plan) -> String {
-    let output = if plan.tool_call {
-        responses_call_item("completed", TOOL_ARGUMENTS)
+    let output = if plan.calls_tool() {
+        responses_call_item("completed", plan.tool().0, plan.tool().1)
     } else {
-        responses_message_item("completed", Some(&expected_text(plan.frames)))
+        responses_message_item("completed", Some(&plan.text()))
     };
     response_object(plan, "completed", &output, &responses_usage(plan))
 }
@@ -515,16 +577,16 @@ fn responses_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
         "response.in_progress",
         format!(r#""response":{in_progress}"#),
     );
-    let done_item = if plan.tool_call {
+    let done_item = if plan.calls_tool() {
         push(
             &mut frames,
             "response.output_item.added",
             format!(
                 r#""output_index":0,"item":{}"#,
-                responses_call_item("in_progress", "")
+                responses_call_item("in_progress", plan.tool().0, "")
             ),
         );
-        for piece in TOOL_ARGUMENT_PIECES {
+        for piece in plan.arg_pieces() {
             push(
                 &mut frames,
                 "response.function_call_arguments.delta",
@@ -539,10 +601,10 @@ fn responses_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
             "response.function_call_arguments.done",
             format!(
                 r#""item_id":"fc_mock_1","output_index":0,"arguments":{}"#,
-                json_str(TOOL_ARGUMENTS)
+                json_str(plan.tool().1)
             ),
         );
-        responses_call_item("completed", TOOL_ARGUMENTS)
+        responses_call_item("completed", plan.tool().0, plan.tool().1)
     } else {
         push(
             &mut frames,
@@ -557,7 +619,7 @@ fn responses_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
             "response.content_part.added",
             r#""item_id":"msg_mock","output_index":0,"content_index":0,"part":{"type":"output_text","text":"","annotations":[]}"#.to_owned(),
         );
-        for piece in text_pieces(plan.frames) {
+        for piece in plan.text_pieces() {
             push(
                 &mut frames,
                 "response.output_text.delta",
@@ -567,7 +629,7 @@ fn responses_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
                 ),
             );
         }
-        let text = json_str(&expected_text(plan.frames));
+        let text = json_str(&plan.text());
         push(
             &mut frames,
             "response.output_text.done",
@@ -582,7 +644,7 @@ fn responses_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
                 r#""item_id":"msg_mock","output_index":0,"content_index":0,"part":{{"type":"output_text","text":{text},"annotations":[]}}"#
             ),
         );
-        responses_message_item("completed", Some(&expected_text(plan.frames)))
+        responses_message_item("completed", Some(&plan.text()))
     };
     push(
         &mut frames,
@@ -595,6 +657,6 @@ fn responses_sse(plan: &Plan) -> (Vec<Bytes>, usize) {
         "response.completed",
         format!(r#""response":{completed}"#),
     );
-    let content_start = if plan.tool_call { 3 } else { 4 };
+    let content_start = if plan.calls_tool() { 3 } else { 4 };
     (frames, content_start)
 }

@@ -7,10 +7,14 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::dialect::decode::{bad, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef};
+use crate::dialect::decode::{
+    asks, bad, from_json, lit, openai_choice, opt_lit, parse, parts, texts, ToolDef,
+};
 use crate::dialect::encode::{array, content, text_part, Obj, EMPTY_SCHEMA};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Args, Image, Message, Part, Request, Role, Text, ToolChoice};
+use crate::dialect::neutral::{
+    Args, Effort, Image, Message, Part, Request, Role, Text, ToolChoice,
+};
 use crate::json::write_str;
 
 #[derive(Deserialize)]
@@ -35,6 +39,52 @@ struct ChatReq<'a> {
     stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+    #[serde(default, borrow)]
+    reasoning_effort: Option<Cow<'a, str>>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default, borrow)]
+    user: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    safety_identifier: Option<&'a RawValue>,
+    // Parts with no counterpart in an Anthropic upstream (docs/translation-policy.md), noted
+    // when they ask for anything (see `asks`).
+    #[serde(default, borrow)]
+    n: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    logprobs: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    top_logprobs: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    response_format: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    frequency_penalty: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    presence_penalty: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    logit_bias: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    seed: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    store: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    service_tier: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    prompt_cache_key: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    modalities: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    audio: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    prediction: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    web_search_options: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    functions: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    function_call: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -149,16 +199,53 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
             other => return Err(bad(format!("messages: unknown role {other:?}"))),
         }
     }
-    for t in c.tools.unwrap_or_default() {
-        r.tools.push(t.function.tool()?);
+    for (i, t) in c.tools.unwrap_or_default().into_iter().enumerate() {
+        r.tools
+            .push(t.function.tool(&|| format!("tools[{i}].function"))?);
     }
+    if let Some(e) = c.reasoning_effort {
+        r.effort = Some(
+            Effort::from_name(&e)
+                .ok_or_else(|| bad(format!("reasoning_effort: unknown effort {e:?}")))?,
+        );
+    }
+    r.parallel_tool_calls = c.parallel_tool_calls;
+    r.user = match c.safety_identifier {
+        Some(id) => Some(lit(id, "safety_identifier")?),
+        None => opt_lit(c.user, "user")?,
+    };
+    r.unmapped_fields(&[
+        ("n", asks(c.n, &["1"])),
+        ("logprobs", asks(c.logprobs, &[])),
+        ("top_logprobs", asks(c.top_logprobs, &[])),
+        (
+            "response_format",
+            asks(c.response_format, &[r#"{"type":"text"}"#]),
+        ),
+        ("frequency_penalty", asks(c.frequency_penalty, &[])),
+        ("presence_penalty", asks(c.presence_penalty, &[])),
+        ("logit_bias", asks(c.logit_bias, &[])),
+        ("seed", asks(c.seed, &[])),
+        ("store", asks(c.store, &[])),
+        ("metadata", asks(c.metadata, &[])),
+        (
+            "service_tier",
+            asks(c.service_tier, &["\"auto\"", "\"default\""]),
+        ),
+        ("prompt_cache_key", asks(c.prompt_cache_key, &[])),
+        ("modalities", asks(c.modalities, &[r#"["text"]"#])),
+        ("audio", asks(c.audio, &[])),
+        ("prediction", asks(c.prediction, &[])),
+        ("web_search_options", asks(c.web_search_options, &[])),
+        ("functions", asks(c.functions, &[])),
+        ("function_call", asks(c.function_call, &[])),
+    ]);
     if let Some(stop) = c.stop {
         let s = stop.get();
         if s.starts_with('"') {
             r.stop.push(Text::Lit(s));
         } else if s.starts_with('[') {
-            let items: Vec<&RawValue> =
-                serde_json::from_str(s).map_err(|e| bad(format!("stop: {e}")))?;
+            let items: Vec<&RawValue> = from_json(s, || "stop".to_owned())?;
             for i in items {
                 r.stop.push(lit(i, "stop")?);
             }
@@ -216,6 +303,13 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
             })
             .collect();
         match m.role {
+            // A system message stays where the client put it.
+            Role::System => {
+                sep(msgs);
+                msgs.extend_from_slice(b"{\"role\":\"system\",\"content\":");
+                content(msgs, &texts);
+                msgs.extend_from_slice(b"}");
+            }
             Role::User => {
                 // Tool results are their own `tool` messages, ahead of the user's text.
                 for p in &m.parts {
@@ -313,6 +407,16 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
     }
     if let Some(n) = r.max_tokens {
         o.u64("max_tokens", n);
+    }
+    if let Some(e) = r.effort {
+        let out = o.key("reasoning_effort");
+        write_str(out, e.openai());
+    }
+    if r.parallel_tool_calls == Some(false) && !r.tools.is_empty() {
+        o.raw("parallel_tool_calls", b"false");
+    }
+    if let Some(u) = &r.user {
+        o.text("user", u);
     }
     if let Some(t) = r.temperature {
         o.f64("temperature", t);

@@ -8,11 +8,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::dialect::decode::{
-    bad, image_url, lit, object, opt_lit, parse, role_of, texts, untranslatable, NamedChoice,
+    bad, from_json, image_url, lit, object, opt_lit, parse, untranslatable, NamedChoice,
 };
 use crate::dialect::encode::{array, content, text_part, text_parts, Obj, EMPTY_SCHEMA};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Args, Image, Message, Part, Request, Role, Text, Tool, ToolChoice};
+use crate::dialect::neutral::{
+    Args, Effort, Image, Message, Part, Request, Role, Text, Tool, ToolChoice, WebSearch,
+};
 
 /// Anthropic requires `max_tokens`; OpenAI clients usually leave it out.
 const DEFAULT_MAX_TOKENS: u64 = 4096;
@@ -37,6 +39,45 @@ struct MsgReq<'a> {
     stop_sequences: Option<Vec<&'a RawValue>>,
     #[serde(default)]
     stream: Option<bool>,
+    #[serde(default, borrow)]
+    metadata: Option<Metadata<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<Thinking<'a>>,
+    #[serde(default, borrow)]
+    output_config: Option<OutputConfig<'a>>,
+    // Parts with no counterpart in a chat upstream (docs/translation-policy.md).
+    #[serde(default, borrow)]
+    context_management: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    top_k: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    container: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    mcp_servers: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    service_tier: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Metadata<'a> {
+    #[serde(default, borrow)]
+    user_id: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Thinking<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default)]
+    budget_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct OutputConfig<'a> {
+    #[serde(default, borrow)]
+    effort: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    format: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -67,6 +108,8 @@ struct MsgBlock<'a> {
     is_error: Option<bool>,
     #[serde(default, borrow)]
     source: Option<ImageSource<'a>>,
+    #[serde(default, borrow)]
+    cache_control: Option<&'a RawValue>,
 }
 
 /// An Anthropic image block's `source`.
@@ -105,8 +148,13 @@ fn anthropic_image<'a>(source: Option<ImageSource<'a>>) -> Result<Image<'a>, GwE
 
 #[derive(Deserialize)]
 struct MsgTool<'a> {
-    #[serde(borrow)]
-    name: &'a RawValue,
+    /// Absent (or `custom`) for a client tool; a server tool's versioned type otherwise.
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    cache_control: Option<&'a RawValue>,
     #[serde(default, borrow)]
     description: Option<&'a RawValue>,
     #[serde(default, borrow)]
@@ -116,23 +164,41 @@ struct MsgTool<'a> {
 pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
     let c: MsgReq = parse(body)?;
     let mut r = Request {
-        system: texts(c.system, "system")?,
         max_tokens: c.max_tokens,
         temperature: c.temperature,
         top_p: c.top_p,
         stream: c.stream.unwrap_or(false),
         ..Request::default()
     };
-    for m in c.messages {
-        let role = role_of(&m.role, "messages")?;
+    if let Some(sys) = c.system {
+        r.system = text_blocks(&mut r, sys, || "system".to_owned())?;
+    }
+    for (i, m) in c.messages.into_iter().enumerate() {
+        let role = match &*m.role {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "system" => Role::System,
+            other => {
+                return Err(bad(format!(
+                    "messages[{i}].role: unknown role {other:?} (user, assistant or system)"
+                )))
+            }
+        };
         let raw = m.content.get();
         let mut parts = Vec::new();
-        if raw.starts_with('"') {
+        if role == Role::System {
+            let texts = text_blocks(&mut r, m.content, || format!("messages[{i}].content"))?;
+            parts.extend(texts.into_iter().map(Part::Text));
+        } else if raw.starts_with('"') {
             parts.push(Part::Text(Text::Lit(raw)));
         } else if raw.starts_with('[') {
-            let blocks: Vec<MsgBlock> =
-                serde_json::from_str(raw).map_err(|e| bad(format!("messages content: {e}")))?;
-            for b in blocks {
+            let blocks: Vec<MsgBlock> = from_json(raw, || format!("messages[{i}].content"))?;
+            for (j, b) in blocks.into_iter().enumerate() {
+                if b.cache_control.is_some() {
+                    r.unmapped("cache_control", || {
+                        format!("messages[{i}].content[{j}].cache_control")
+                    });
+                }
                 match &*b.kind {
                     "text" => {
                         if let Some(t) = opt_lit(b.text, "text")? {
@@ -144,12 +210,21 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                         name: opt_lit(b.name, "tool_use name")?.unwrap_or(Text::Own(String::new())),
                         args: Args::Obj(object(b.input, "tool_use input")?.unwrap_or("{}")),
                     }),
-                    "tool_result" => parts.push(Part::ToolResult {
-                        id: opt_lit(b.tool_use_id, "tool_use_id")?
-                            .unwrap_or(Text::Own(String::new())),
-                        content: texts(b.content, "tool_result content")?,
-                        is_error: b.is_error.unwrap_or(false),
-                    }),
+                    "tool_result" => {
+                        let content = match b.content {
+                            Some(c) if c.get().starts_with('[') => text_blocks(&mut r, c, || {
+                                format!("messages[{i}].content[{j}].content")
+                            })?,
+                            Some(c) if c.get().starts_with('"') => vec![Text::Lit(c.get())],
+                            _ => Vec::new(),
+                        };
+                        parts.push(Part::ToolResult {
+                            id: opt_lit(b.tool_use_id, "tool_use_id")?
+                                .unwrap_or(Text::Own(String::new())),
+                            content,
+                            is_error: b.is_error.unwrap_or(false),
+                        })
+                    }
                     "image" if role == Role::User => {
                         parts.push(Part::Image(anthropic_image(b.source)?))
                     }
@@ -161,22 +236,46 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                     // The model's own reasoning: opaque to, and not accepted by, another
                     // provider; an upstream of the other dialect reasons afresh.
                     "thinking" | "redacted_thinking" => {}
-                    other => return Err(untranslatable("messages content", other)),
+                    other => {
+                        return Err(untranslatable(
+                            &format!("messages[{i}].content[{j}]"),
+                            other,
+                        ))
+                    }
                 }
             }
         } else {
-            return Err(bad("messages content must be a string or an array"));
+            return Err(bad(format!(
+                "messages[{i}].content must be a string or an array"
+            )));
         }
         r.messages.push(Message { role, parts });
     }
-    for t in c.tools.unwrap_or_default() {
+    for (i, t) in c.tools.unwrap_or_default().into_iter().enumerate() {
+        match t.kind.as_deref() {
+            None | Some("custom") => {}
+            Some(server) => {
+                let part = format!("tools.{server}");
+                r.unmapped(part, || format!("tools[{i}]"));
+                continue;
+            }
+        }
+        if t.cache_control.is_some() {
+            r.unmapped("cache_control", || format!("tools[{i}].cache_control"));
+        }
+        let name = t
+            .name
+            .ok_or_else(|| bad(format!("tools[{i}].name is required")))?;
         r.tools.push(Tool {
-            name: lit(t.name, "tool name")?,
+            name: lit(name, "tool name")?,
             description: opt_lit(t.description, "tool description")?,
             parameters: object(t.input_schema, "input_schema")?,
         });
     }
     if let Some(tc) = c.tool_choice {
+        if tc.disable_parallel_tool_use == Some(true) {
+            r.parallel_tool_calls = Some(false);
+        }
         r.tool_choice = match tc.kind.as_deref() {
             Some("auto") => Some(ToolChoice::Auto),
             Some("any") => Some(ToolChoice::Required),
@@ -191,7 +290,84 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
     for s in c.stop_sequences.unwrap_or_default() {
         r.stop.push(lit(s, "stop_sequences")?);
     }
+    if let Some(m) = c.metadata {
+        r.user = opt_lit(m.user_id, "metadata.user_id")?;
+    }
+    // Effort: `output_config.effort` says it; a thinking budget implies one; adaptive thinking
+    // leaves it to the model, as does an upstream without an effort.
+    if let Some(t) = &c.thinking {
+        if t.kind.as_deref() == Some("enabled") {
+            r.effort = t.budget_tokens.map(Effort::from_budget);
+        }
+    }
+    if let Some(o) = c.output_config {
+        if let Some(e) = o.effort {
+            r.effort = Some(
+                Effort::from_name(&e)
+                    .ok_or_else(|| bad(format!("output_config.effort: unknown effort {e:?}")))?,
+            );
+        }
+        if o.format.is_some() {
+            r.unmapped("output_config.format", || "output_config.format".to_owned());
+        }
+    }
+    r.unmapped_fields(&[
+        ("context_management", c.context_management.is_some()),
+        ("top_k", c.top_k.is_some()),
+        ("container", c.container.is_some()),
+        ("mcp_servers", c.mcp_servers.is_some()),
+        ("service_tier", c.service_tier.is_some()),
+    ]);
     Ok(r)
+}
+
+/// The texts of a content value where only text blocks may stand (system prompts, system
+/// messages, tool results): a string or an array of `text` blocks, whose `cache_control` marks
+/// are noted as unmapped.
+fn text_blocks<'a>(
+    r: &mut Request<'a>,
+    raw: &'a RawValue,
+    at: impl Fn() -> String,
+) -> Result<Vec<Text<'a>>, GwError> {
+    let s = raw.get();
+    if s.starts_with('"') {
+        return Ok(vec![Text::Lit(s)]);
+    }
+    if !s.starts_with('[') {
+        return Err(bad(format!("{} must be a string or an array", at())));
+    }
+    let blocks: Vec<MsgBlock> = from_json(s, &at)?;
+    let mut out = Vec::with_capacity(blocks.len());
+    for (j, b) in blocks.into_iter().enumerate() {
+        if b.cache_control.is_some() {
+            r.unmapped("cache_control", || format!("{}[{j}].cache_control", at()));
+        }
+        match (&*b.kind, b.text) {
+            ("text", Some(t)) => out.push(lit(t, "text")?),
+            ("text", None) => {}
+            (other, _) => return Err(untranslatable(&format!("{}[{j}]", at()), other)),
+        }
+    }
+    Ok(out)
+}
+
+/// Anthropic's web search server tool, closing the `tools` array that `more` says has items
+/// before it.
+fn web_search_tool(out: &mut BytesMut, ws: &WebSearch, more: bool) {
+    out.truncate(out.len() - 1);
+    if more {
+        out.extend_from_slice(b",");
+    }
+    out.extend_from_slice(b"{\"type\":\"web_search_20250305\",\"name\":\"web_search\"");
+    if let Some(d) = ws.allowed_domains {
+        out.extend_from_slice(b",\"allowed_domains\":");
+        out.extend_from_slice(d.as_bytes());
+    }
+    if let Some(l) = ws.user_location {
+        out.extend_from_slice(b",\"user_location\":");
+        out.extend_from_slice(l.as_bytes());
+    }
+    out.extend_from_slice(b"}]");
 }
 
 /// An Anthropic `image` block.
@@ -235,15 +411,31 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
     let mut o = Obj::new(&mut out);
     o.raw("model", model_json);
     o.u64("max_tokens", r.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS));
-    match r.system.as_slice() {
+    // System messages inside the conversation join the system prompt, in order: Anthropic
+    // takes system text only there.
+    let system: Vec<&Text> = r
+        .system
+        .iter()
+        .chain(
+            r.messages
+                .iter()
+                .filter(|m| m.role == Role::System)
+                .flat_map(|m| m.parts.iter())
+                .filter_map(|p| match p {
+                    Part::Text(t) => Some(t),
+                    _ => None,
+                }),
+        )
+        .collect();
+    match system.as_slice() {
         [] => {}
         [one] => o.text("system", one),
-        many => text_parts(o.key("system"), &many.iter().collect::<Vec<_>>()),
+        many => text_parts(o.key("system"), many),
     }
     // Anthropic wants alternating turns: consecutive turns of one role become one, and turns
     // left without content are dropped.
     let mut turns: Vec<(Role, Vec<&Part>)> = Vec::new();
-    for m in &r.messages {
+    for m in r.messages.iter().filter(|m| m.role != Role::System) {
         let parts = m
             .parts
             .iter()
@@ -261,7 +453,7 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
     array(o.key("messages"), &turns, |out, (role, parts)| {
         out.extend_from_slice(match role {
             Role::User => b"{\"role\":\"user\",\"content\":",
-            Role::Assistant => b"{\"role\":\"assistant\",\"content\":",
+            Role::Assistant | Role::System => b"{\"role\":\"assistant\",\"content\":",
         });
         array(out, parts, |out, p| match p {
             Part::Text(t) => text_part(out, t),
@@ -292,8 +484,9 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
         });
         out.extend_from_slice(b"}");
     });
-    if !r.tools.is_empty() {
-        array(o.key("tools"), &r.tools, |out, t| {
+    if !r.tools.is_empty() || r.web_search.is_some() {
+        let out = o.key("tools");
+        array(out, &r.tools, |out, t| {
             out.extend_from_slice(b"{\"name\":");
             t.name.write(out);
             if let Some(d) = &t.description {
@@ -304,19 +497,40 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
             out.extend_from_slice(t.parameters.map_or(EMPTY_SCHEMA, str::as_bytes));
             out.extend_from_slice(b"}");
         });
+        if let Some(ws) = &r.web_search {
+            web_search_tool(out, ws, !r.tools.is_empty());
+        }
     }
-    if let Some(c) = &r.tool_choice {
+    // Anthropic says "one tool call at most" inside the tool choice.
+    let serial =
+        r.parallel_tool_calls == Some(false) && !matches!(r.tool_choice, Some(ToolChoice::None));
+    if r.tool_choice.is_some() || serial {
         let out = o.key("tool_choice");
-        match c {
-            ToolChoice::Auto => out.extend_from_slice(b"{\"type\":\"auto\"}"),
-            ToolChoice::None => out.extend_from_slice(b"{\"type\":\"none\"}"),
-            ToolChoice::Required => out.extend_from_slice(b"{\"type\":\"any\"}"),
+        match r.tool_choice.as_ref().unwrap_or(&ToolChoice::Auto) {
+            ToolChoice::Auto => out.extend_from_slice(b"{\"type\":\"auto\""),
+            ToolChoice::None => out.extend_from_slice(b"{\"type\":\"none\""),
+            ToolChoice::Required => out.extend_from_slice(b"{\"type\":\"any\""),
             ToolChoice::Named(n) => {
                 out.extend_from_slice(b"{\"type\":\"tool\",\"name\":");
                 n.write(out);
-                out.extend_from_slice(b"}");
             }
         }
+        if serial {
+            out.extend_from_slice(b",\"disable_parallel_tool_use\":true");
+        }
+        out.extend_from_slice(b"}");
+    }
+    if let Some(e) = r.effort {
+        let out = o.key("output_config");
+        out.extend_from_slice(b"{\"effort\":\"");
+        out.extend_from_slice(e.anthropic().as_bytes());
+        out.extend_from_slice(b"\"}");
+    }
+    if let Some(u) = &r.user {
+        let out = o.key("metadata");
+        out.extend_from_slice(b"{\"user_id\":");
+        u.write(out);
+        out.extend_from_slice(b"}");
     }
     if let Some(t) = r.temperature {
         o.f64("temperature", t);

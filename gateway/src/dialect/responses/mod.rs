@@ -79,9 +79,32 @@ pub fn message_item(id: &str, status: &str, text: &str) -> Value {
     })
 }
 
-pub fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({
-        "id": id, "type": "function_call", "status": status,
-        "call_id": call_id, "name": name, "arguments": arguments,
+/// A `function_call` item. A call of a flattened namespace tool (`{namespace}__{name}`, see
+/// [`request::flat_name`]) goes back under its namespace.
+pub fn call_item(
+    id: &str,
+    call_id: &str,
+    name: &str,
+    arguments: &str,
+    status: &str,
+    namespaces: &[String],
+) -> Value {
+    match split_name(name, namespaces) {
+        Some((ns, name)) => json!({
+            "id": id, "type": "function_call", "status": status,
+            "call_id": call_id, "namespace": ns, "name": name, "arguments": arguments,
+        }),
+        None => json!({
+            "id": id, "type": "function_call", "status": status,
+            "call_id": call_id, "name": name, "arguments": arguments,
+        }),
+    }
+}
+
+/// (namespace, name) of a flattened tool name whose namespace is one of `namespaces`.
+pub fn split_name<'n>(name: &'n str, namespaces: &[String]) -> Option<(&'n str, &'n str)> {
+    namespaces.iter().find_map(|ns| {
+        let rest = name.strip_prefix(ns.as_str())?.strip_prefix("__")?;
+        Some((&name[..ns.len()], rest))
     })
 }

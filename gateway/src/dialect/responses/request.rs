@@ -6,10 +6,11 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::dialect::decode::{
-    bad, openai_choice, opt_cow, opt_lit, parse, parts, role_of, texts, ToolDef,
+    asks, bad, from_json, lit, openai_choice, opt_cow, opt_lit, parse, parts, role_of, texts,
+    ToolDef,
 };
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Args, Part, Request, Role, Text};
+use crate::dialect::neutral::{Args, Effort, Part, Request, Role, Text, WebSearch};
 
 #[derive(Deserialize)]
 struct RespReq<'a> {
@@ -18,7 +19,7 @@ struct RespReq<'a> {
     #[serde(borrow)]
     input: &'a RawValue,
     #[serde(default, borrow)]
-    tools: Option<Vec<ToolDef<'a>>>,
+    tools: Option<Vec<RespTool<'a>>>,
     #[serde(default, borrow)]
     tool_choice: Option<&'a RawValue>,
     #[serde(default)]
@@ -29,6 +30,85 @@ struct RespReq<'a> {
     top_p: Option<f64>,
     #[serde(default)]
     stream: Option<bool>,
+    #[serde(default, borrow)]
+    reasoning: Option<Reasoning<'a>>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    store: Option<bool>,
+    #[serde(default, borrow)]
+    user: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    safety_identifier: Option<&'a RawValue>,
+    // Parts with no counterpart in an Anthropic upstream (docs/translation-policy.md), noted
+    // when they ask for anything.
+    #[serde(default, borrow)]
+    include: Option<Vec<&'a RawValue>>,
+    #[serde(default, borrow)]
+    prompt_cache_key: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    client_metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    previous_response_id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    service_tier: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    text: Option<TextConfig<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Reasoning<'a> {
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    effort: Option<Cow<'a, str>>,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    summary: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct TextConfig<'a> {
+    #[serde(default, borrow)]
+    format: Option<Kind<'a>>,
+}
+
+/// Just the `type` of an object.
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    kind: Option<Cow<'a, str>>,
+}
+
+/// One entry of `tools`, read in one pass whatever its type: a function tool (`name`,
+/// `description`, `parameters`), a `namespace` of them (`name`, `tools`), the hosted
+/// `web_search` (`filters`, `user_location`, `search_context_size`, `external_web_access`), or
+/// another hosted tool (its `type`).
+#[derive(Deserialize)]
+struct RespTool<'a> {
+    #[serde(rename = "type", default, borrow, deserialize_with = "opt_cow")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    description: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    parameters: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    tools: Option<Vec<ToolDef<'a>>>,
+    #[serde(default, borrow)]
+    filters: Option<Filters<'a>>,
+    #[serde(default, borrow)]
+    user_location: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    search_context_size: Option<&'a RawValue>,
+    #[serde(default)]
+    external_web_access: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct Filters<'a> {
+    #[serde(default, borrow)]
+    allowed_domains: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +127,9 @@ struct RespItem<'a> {
     arguments: Option<&'a RawValue>,
     #[serde(default, borrow)]
     output: Option<&'a RawValue>,
+    /// A call of a tool inside a `namespace` tool.
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    namespace: Option<Cow<'a, str>>,
 }
 
 pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
@@ -64,8 +147,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
     if input.starts_with('"') {
         r.push(Role::User, Part::Text(Text::Lit(input)));
     } else if input.starts_with('[') {
-        let items: Vec<RespItem> =
-            serde_json::from_str(input).map_err(|e| bad(format!("input: {e}")))?;
+        let items: Vec<RespItem> = from_json(input, || "input".to_owned())?;
         for it in items {
             match it.kind.as_deref().unwrap_or("message") {
                 "message" => match it.role.as_deref() {
@@ -84,7 +166,14 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                     Role::Assistant,
                     Part::ToolCall {
                         id: opt_lit(it.call_id, "call_id")?.unwrap_or(Text::Own(String::new())),
-                        name: opt_lit(it.name, "name")?.unwrap_or(Text::Own(String::new())),
+                        name: match it.namespace {
+                            Some(ns) => {
+                                let name =
+                                    opt_lit(it.name, "name")?.unwrap_or(Text::Own(String::new()));
+                                Text::Own(flat_name(&ns, &name.decode()))
+                            }
+                            None => opt_lit(it.name, "name")?.unwrap_or(Text::Own(String::new())),
+                        },
                         args: Args::Str(
                             opt_lit(it.arguments, "arguments")?.unwrap_or(Text::Own(String::new())),
                         ),
@@ -112,11 +201,110 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
     } else {
         return Err(bad("input must be a string or an array"));
     }
-    for t in c.tools.unwrap_or_default() {
-        if t.kind.as_deref().is_some_and(|k| k != "function") {
-            return Err(bad("tools: only function tools can be translated"));
-        }
-        r.tools.push(t.tool()?);
+    for (i, t) in c.tools.unwrap_or_default().into_iter().enumerate() {
+        tool(&mut r, t, i)?;
     }
+    if let Some(e) = c.reasoning {
+        if let Some(e) = e.effort {
+            r.effort = Some(
+                Effort::from_name(&e)
+                    .ok_or_else(|| bad(format!("reasoning.effort: unknown effort {e:?}")))?,
+            );
+        }
+        if e.summary.as_deref().is_some_and(|s| s != "none") {
+            r.unmapped("reasoning.summary", || "reasoning.summary".to_owned());
+        }
+    }
+    r.parallel_tool_calls = c.parallel_tool_calls;
+    r.user = match c.safety_identifier {
+        Some(id) => Some(lit(id, "safety_identifier")?),
+        None => opt_lit(c.user, "user")?,
+    };
+    // Anthropic stores nothing: `store: false` is what it does anyway.
+    r.unmapped_fields(&[
+        ("store", c.store == Some(true)),
+        ("include", c.include.as_ref().is_some_and(|l| !l.is_empty())),
+        ("prompt_cache_key", asks(c.prompt_cache_key, &[])),
+        ("client_metadata", asks(c.client_metadata, &[])),
+        ("metadata", asks(c.metadata, &[])),
+        ("previous_response_id", asks(c.previous_response_id, &[])),
+        (
+            "service_tier",
+            asks(c.service_tier, &["\"auto\"", "\"default\""]),
+        ),
+        (
+            "text.format",
+            c.text
+                .and_then(|t| t.format)
+                .is_some_and(|f| f.kind.as_deref().is_some_and(|k| k != "text")),
+        ),
+    ]);
     Ok(r)
+}
+
+/// A namespace's tool as one flat name, `{namespace}__{name}`, the form Anthropic's tool names
+/// allow; [`super::split_name`] reverses it for the answer.
+pub fn flat_name(namespace: &str, name: &str) -> String {
+    let mut s = String::with_capacity(namespace.len() + 2 + name.len());
+    s.push_str(namespace);
+    s.push_str("__");
+    s.push_str(name);
+    s
+}
+
+/// One entry of `tools`: a function tool, a namespace of them (flattened), the hosted web
+/// search (Anthropic's server tool), or a hosted tool with no counterpart (noted).
+fn tool<'a>(r: &mut Request<'a>, t: RespTool<'a>, i: usize) -> Result<(), GwError> {
+    let at = || format!("tools[{i}]");
+    match t.kind.as_deref() {
+        None | Some("function") => {
+            let def = ToolDef {
+                kind: None,
+                name: t.name,
+                description: t.description,
+                parameters: t.parameters,
+            };
+            r.tools.push(def.tool(&at)?);
+        }
+        Some("namespace") => {
+            let name = t
+                .name
+                .ok_or_else(|| bad(format!("tools[{i}].name is required")))?;
+            let name = lit(name, "namespace name")?.decode().into_owned();
+            for (j, def) in t.tools.unwrap_or_default().into_iter().enumerate() {
+                let at = || format!("tools[{i}].tools[{j}]");
+                if def.kind.as_deref().is_some_and(|k| k != "function") {
+                    return Err(bad(format!(
+                        "{}: only function tools can stand in a namespace",
+                        at()
+                    )));
+                }
+                let mut t = def.tool(&at)?;
+                t.name = Text::Own(flat_name(&name, &t.name.decode()));
+                r.tools.push(t);
+            }
+            r.namespaces.push(name);
+        }
+        Some("web_search" | "web_search_preview") => {
+            if t.external_web_access == Some(false) {
+                r.unmapped("tools.web_search.external_web_access", || {
+                    format!("tools[{i}].external_web_access")
+                });
+            }
+            if t.search_context_size.is_some() {
+                r.unmapped("tools.web_search.search_context_size", || {
+                    format!("tools[{i}].search_context_size")
+                });
+            }
+            r.web_search = Some(WebSearch {
+                allowed_domains: t.filters.and_then(|f| f.allowed_domains).map(RawValue::get),
+                user_location: t.user_location.map(RawValue::get),
+            });
+        }
+        Some(other) => {
+            let part = format!("tools.{other}");
+            r.unmapped(part, at);
+        }
+    }
+    Ok(())
 }

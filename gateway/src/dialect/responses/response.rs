@@ -6,10 +6,13 @@ use super::{call_item, message_item, resp_id, response_object, status_of, usage_
 use crate::dialect::encode::{new_id, now_secs};
 use crate::dialect::neutral::Response;
 
-pub fn encode(r: &Response, alias: &str) -> Value {
+/// `namespaces`: those whose tools the request flattened (their calls go back under them).
+pub fn encode(r: &Response, alias: &str, namespaces: &[String]) -> Value {
     let mut output: Vec<Value> = r
         .calls()
-        .map(|(id, name, arguments)| call_item(&new_id("fc_"), id, name, arguments, "completed"))
+        .map(|(id, name, arguments)| {
+            call_item(&new_id("fc_"), id, name, arguments, "completed", namespaces)
+        })
         .collect();
     let text = r.text();
     if !text.is_empty() {

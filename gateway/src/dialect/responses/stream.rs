@@ -36,10 +36,12 @@ pub struct StreamEncoder {
     usage: Usage,
     stop: Option<StopReason>,
     started: bool,
+    /// Namespaces whose tools the request flattened (their calls go back under them).
+    namespaces: Vec<String>,
 }
 
 impl StreamEncoder {
-    pub fn new(alias: String) -> Self {
+    pub fn new(alias: String, namespaces: Vec<String>) -> Self {
         StreamEncoder {
             alias,
             id: String::new(),
@@ -50,6 +52,7 @@ impl StreamEncoder {
             usage: Usage::default(),
             stop: None,
             started: false,
+            namespaces,
         }
     }
 
@@ -121,7 +124,14 @@ impl StreamEncoder {
                     "response.function_call_arguments.done",
                     json!({"item_id": id, "output_index": output_index, "arguments": arguments}),
                 );
-                let item = call_item(&id, &call_id, &name, &arguments, "completed");
+                let item = call_item(
+                    &id,
+                    &call_id,
+                    &name,
+                    &arguments,
+                    "completed",
+                    &self.namespaces,
+                );
                 self.emit(
                     out,
                     "response.output_item.done",
@@ -220,7 +230,7 @@ impl Encoder for StreamEncoder {
                     out,
                     "response.output_item.added",
                     json!({"output_index": output_index,
-                        "item": call_item(&item_id, &id, &name, "", "in_progress")}),
+                        "item": call_item(&item_id, &id, &name, "", "in_progress", &self.namespaces)}),
                 );
                 self.open = Some(Item::Call {
                     id: item_id,
