@@ -82,7 +82,7 @@ fn raise_descriptor_limit(max_connections: u64) {
         eprintln!(
             "warning: descriptor limit {now} is below the {need} that max_connections {max_connections} \
              needs (a client and an upstream connection per stream, and {SPARE_DESCRIPTORS} spare); \
-             past it new connections fail with 'accept failed'; raise the hard limit \
+             past it the workers cannot accept new connections; raise the hard limit \
              (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
         );
     }
