@@ -574,9 +574,6 @@ where
         self.state.try_keep_alive::<T>();
         if self.state.is_idle() {
             self.io.release_idle_buffers();
-            // The last head's header map, kept to parse the next message into: an idle
-            // connection gives it back too (the next message allocates its own).
-            self.state.cached_headers = None;
         }
         self.maybe_notify(cx);
     }

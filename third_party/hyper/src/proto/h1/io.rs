@@ -653,10 +653,6 @@ impl<B: Buf> WriteBuf<B> {
         if self.headers.remaining() == 0 && self.headers.bytes.capacity() != 0 {
             self.headers = Cursor::new(Vec::new());
         }
-        // The queue of body buffers keeps the room its deque grew to (four entries).
-        if self.queue.bufs_cnt() == 0 {
-            self.queue = BufList::new();
-        }
     }
 
     fn headers_mut(&mut self) -> &mut Cursor<Vec<u8>> {
