@@ -407,6 +407,13 @@ impl<T: Unpin, B> Unpin for Buffered<T, B> {}
 // TODO: This trait is old... at least rename to PollBytes or something...
 pub(crate) trait MemRead {
     fn read_mem(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<Bytes>>;
+
+    /// The next byte, `None` at the end of the input: what `read_mem(cx, 1)` gives, without
+    /// making a `Bytes` of it (the chunked decoder reads every size line and CRLF byte by byte).
+    fn read_byte(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<u8>>> {
+        let buf = ready!(self.read_mem(cx, 1))?;
+        Poll::Ready(Ok(buf.first().copied()))
+    }
 }
 
 impl<T, B> MemRead for Buffered<T, B>
@@ -422,6 +429,15 @@ where
             let n = ready!(self.poll_read_from_io(cx))?;
             Poll::Ready(Ok(self.read_buf.split_to(::std::cmp::min(len, n)).freeze()))
         }
+    }
+
+    fn read_byte(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<u8>>> {
+        if self.read_buf.is_empty() && ready!(self.poll_read_from_io(cx))? == 0 {
+            return Poll::Ready(Ok(None));
+        }
+        let b = self.read_buf[0];
+        self.read_buf.advance(1);
+        Poll::Ready(Ok(Some(b)))
     }
 }
 
