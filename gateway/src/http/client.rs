@@ -8,7 +8,8 @@
 //! stack when its answer has been read to the end ([`Conn::release`]); one whose answer was cut
 //! short is dropped, which closes it. Each connection runs as a task of the worker (spawned when
 //! it is opened), and idle ones are closed after [`IDLE_TIMEOUT`] by a sweep every
-//! [`SWEEP_EVERY`], which stamps the stacks instead of reading the clock per request.
+//! [`SWEEP_EVERY`], which stamps the stacks instead of reading the clock per request (and closes
+//! those beyond [`KEEP_IDLE_PER_ORIGIN`]).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -30,6 +31,10 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 /// Idle connections kept per origin; one released past it is closed.
 const MAX_IDLE_PER_ORIGIN: usize = 1024;
+/// Idle connections per origin that a sweep keeps (for up to [`IDLE_TIMEOUT`]); the least
+/// recently used beyond them are closed at the next sweep, so that a burst's surplus does not
+/// hold memory for [`IDLE_TIMEOUT`] after it (nginx's peer leg keeps 256, `keepalive 256`).
+const KEEP_IDLE_PER_ORIGIN: usize = 256;
 
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -148,6 +153,9 @@ pub fn new(tls: &rustls::ClientConfig) -> UpstreamClient {
             pool.sweeps.set(now);
             for stack in pool.idle.borrow_mut().iter_mut() {
                 stack.retain(|(tx, stamp)| !tx.is_closed() && now.wrapping_sub(*stamp) < max_age);
+                // The least recently used are at the bottom.
+                let surplus = stack.len().saturating_sub(KEEP_IDLE_PER_ORIGIN);
+                stack.drain(..surplus);
             }
         }
     });

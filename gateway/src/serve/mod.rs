@@ -42,8 +42,55 @@ fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     Ok(sock.into())
 }
 
+/// Descriptors the gateway needs beyond its connections: listeners, the metrics listener, the
+/// access log, the runtime's epoll and event descriptors.
+const SPARE_DESCRIPTORS: u64 = 64;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (a soft limit of 1,024, a common default,
+/// caps a worker at about 500 streams: each holds a client and an upstream connection) and
+/// warns when even the hard limit is below what `max_connections` needs. Out of descriptors the
+/// accept loop still logs `accept failed` and backs off; this only makes it rarer.
+fn raise_descriptor_limit(max_connections: u64) {
+    let need = 2 * max_connections + SPARE_DESCRIPTORS;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or write the one struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        eprintln!(
+            "descriptor limit: cannot read it: {}",
+            std::io::Error::last_os_error()
+        );
+        return;
+    }
+    let (soft, hard) = (lim.rlim_cur, lim.rlim_max);
+    let mut now = soft;
+    if soft < hard {
+        lim.rlim_cur = hard;
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+            now = hard;
+            eprintln!("descriptor limit: raised from {soft} to {hard}");
+        } else {
+            eprintln!(
+                "descriptor limit: cannot raise {soft} to {hard}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    if now < need {
+        eprintln!(
+            "warning: descriptor limit {now} is below the {need} that max_connections {max_connections} \
+             needs (a client and an upstream connection per stream, and {SPARE_DESCRIPTORS} spare); \
+             past it the workers cannot accept new connections; raise the hard limit \
+             (systemd LimitNOFILE=, ulimit -Hn) or lower max_connections"
+        );
+    }
+}
+
 pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
     let startup = config.startup.clone();
+    raise_descriptor_limit((startup.max_connections_per_worker * startup.workers) as u64);
     let signals = Signals::install()?;
     // Bind every listener before announcing: a port-0 address is resolved by the first bind and
     // the others join it, so all workers share one port.

@@ -8,7 +8,7 @@ use http::{Request, Response};
 use http_body::Body;
 #[cfg(feature = "http2")]
 use pin_project_lite::pin_project;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 #[cfg(feature = "http2")]
 use crate::{body::Incoming, proto::h2::client::ResponseFutMap};
@@ -29,7 +29,7 @@ pub struct TrySendError<T> {
 }
 
 pub(crate) fn channel<T, U>() -> (Sender<T, U>, Receiver<T, U>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = queue::channel();
     let (giver, taker) = want::new();
     let tx = Sender {
         #[cfg(feature = "http1")]
@@ -57,7 +57,7 @@ pub(crate) struct Sender<T, U> {
     /// for more.
     giver: want::Giver,
     /// Actually bounded by the Giver, plus `buffered_once`.
-    inner: mpsc::UnboundedSender<Envelope<T, U>>,
+    inner: queue::Sender<Envelope<T, U>>,
 }
 
 /// An unbounded version.
@@ -66,9 +66,9 @@ pub(crate) struct Sender<T, U> {
 /// has been dropped. However, this version can be cloned.
 #[cfg(feature = "http2")]
 pub(crate) struct UnboundedSender<T, U> {
-    /// Only used for `is_closed`, since `mpsc::UnboundedSender` cannot be checked.
+    /// Only used for `is_closed`, since the queue's sender cannot be checked.
     giver: want::SharedGiver,
-    inner: mpsc::UnboundedSender<Envelope<T, U>>,
+    inner: queue::Sender<Envelope<T, U>>,
 }
 
 impl<T, U> Sender<T, U> {
@@ -112,7 +112,7 @@ impl<T, U> Sender<T, U> {
         self.inner
             .send(Envelope(Some((val, Callback::Retry(Some(tx))))))
             .map(move |()| rx)
-            .map_err(|mut e| (e.0).0.take().expect("envelope not dropped").0)
+            .map_err(|mut e| e.0.take().expect("envelope not dropped").0)
     }
 
     #[cfg(feature = "http1")]
@@ -124,7 +124,7 @@ impl<T, U> Sender<T, U> {
         self.inner
             .send(Envelope(Some((val, Callback::NoRetry(Some(tx))))))
             .map(move |()| rx)
-            .map_err(|mut e| (e.0).0.take().expect("envelope not dropped").0)
+            .map_err(|mut e| e.0.take().expect("envelope not dropped").0)
     }
 
     #[cfg(feature = "http2")]
@@ -151,7 +151,7 @@ impl<T, U> UnboundedSender<T, U> {
         self.inner
             .send(Envelope(Some((val, Callback::Retry(Some(tx))))))
             .map(move |()| rx)
-            .map_err(|mut e| (e.0).0.take().expect("envelope not dropped").0)
+            .map_err(|mut e| e.0.take().expect("envelope not dropped").0)
     }
 
     pub(crate) fn send(&mut self, val: T) -> Result<Promise<U>, T> {
@@ -159,7 +159,7 @@ impl<T, U> UnboundedSender<T, U> {
         self.inner
             .send(Envelope(Some((val, Callback::NoRetry(Some(tx))))))
             .map(move |()| rx)
-            .map_err(|mut e| (e.0).0.take().expect("envelope not dropped").0)
+            .map_err(|mut e| e.0.take().expect("envelope not dropped").0)
     }
 }
 
@@ -174,7 +174,7 @@ impl<T, U> Clone for UnboundedSender<T, U> {
 }
 
 pub(crate) struct Receiver<T, U> {
-    inner: mpsc::UnboundedReceiver<Envelope<T, U>>,
+    inner: queue::Receiver<Envelope<T, U>>,
     taker: want::Taker,
 }
 
@@ -205,9 +205,9 @@ impl<T, U> Receiver<T, U> {
 
     #[cfg(feature = "http1")]
     pub(crate) fn try_recv(&mut self) -> Option<(T, Callback<T, U>)> {
-        match crate::common::task::now_or_never(self.inner.recv()) {
-            Some(Some(mut env)) => env.0.take(),
-            _ => None,
+        match self.inner.try_recv() {
+            Some(mut env) => env.0.take(),
+            None => None,
         }
     }
 }
@@ -221,6 +221,144 @@ impl<T, U> Drop for Receiver<T, U> {
 }
 
 struct Envelope<T, U>(Option<(T, Callback<T, U>)>);
+
+/// The request queue between a connection's handle and its dispatcher: a connection has one
+/// request in flight at a time (the `Giver` lets a sender queue one more only when the
+/// dispatcher asks for it), so this holds its one envelope inline instead of in tokio's
+/// unbounded channel, whose first block (32 slots) cost every connection about 9 KB, idle in a
+/// pool or not. A second envelope, should one ever be queued, goes to `rest`.
+mod queue {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex, MutexGuard};
+    use std::task::{Context, Poll, Waker};
+
+    struct State<E> {
+        first: Option<E>,
+        rest: VecDeque<E>,
+        waker: Option<Waker>,
+        senders: usize,
+        rx_closed: bool,
+    }
+
+    impl<E> State<E> {
+        fn pop(&mut self) -> Option<E> {
+            let e = self.first.take();
+            if e.is_some() {
+                self.first = self.rest.pop_front();
+            }
+            e
+        }
+    }
+
+    type Shared<E> = Arc<Mutex<State<E>>>;
+
+    fn lock<E>(s: &Shared<E>) -> MutexGuard<'_, State<E>> {
+        s.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) struct Sender<E>(Shared<E>);
+    pub(super) struct Receiver<E>(Shared<E>);
+
+    pub(super) fn channel<E>() -> (Sender<E>, Receiver<E>) {
+        let s = Arc::new(Mutex::new(State {
+            first: None,
+            rest: VecDeque::new(),
+            waker: None,
+            senders: 1,
+            rx_closed: false,
+        }));
+        (Sender(s.clone()), Receiver(s))
+    }
+
+    impl<E> Sender<E> {
+        /// Queues `e`, or gives it back if the receiver is closed or gone.
+        pub(super) fn send(&self, e: E) -> Result<(), E> {
+            let waker = {
+                let mut st = lock(&self.0);
+                if st.rx_closed {
+                    return Err(e);
+                }
+                if st.first.is_none() {
+                    st.first = Some(e);
+                } else {
+                    st.rest.push_back(e);
+                }
+                st.waker.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+            Ok(())
+        }
+    }
+
+    impl<E> Clone for Sender<E> {
+        fn clone(&self) -> Self {
+            lock(&self.0).senders += 1;
+            Sender(self.0.clone())
+        }
+    }
+
+    impl<E> Drop for Sender<E> {
+        fn drop(&mut self) {
+            let waker = {
+                let mut st = lock(&self.0);
+                st.senders -= 1;
+                if st.senders == 0 {
+                    st.waker.take()
+                } else {
+                    None
+                }
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+
+    impl<E> Receiver<E> {
+        /// The next envelope; `None` once every sender is gone (or the queue was closed) and
+        /// nothing is left.
+        pub(super) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<E>> {
+            let mut st = lock(&self.0);
+            if let Some(e) = st.pop() {
+                return Poll::Ready(Some(e));
+            }
+            if st.senders == 0 || st.rx_closed {
+                return Poll::Ready(None);
+            }
+            if !st.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                st.waker = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        }
+
+        /// No more sends; what is queued can still be received.
+        #[cfg_attr(not(feature = "http1"), allow(dead_code))]
+        pub(super) fn close(&mut self) {
+            lock(&self.0).rx_closed = true;
+        }
+
+        #[cfg_attr(not(feature = "http1"), allow(dead_code))]
+        pub(super) fn try_recv(&mut self) -> Option<E> {
+            lock(&self.0).pop()
+        }
+    }
+
+    impl<E> Drop for Receiver<E> {
+        fn drop(&mut self) {
+            // Queued envelopes are dropped here, outside the lock: an envelope's drop answers
+            // its caller that the connection closed.
+            let (first, rest) = {
+                let mut st = lock(&self.0);
+                st.rx_closed = true;
+                (st.first.take(), std::mem::take(&mut st.rest))
+            };
+            drop(first);
+            drop(rest);
+        }
+    }
+}
 
 impl<T, U> Drop for Envelope<T, U> {
     fn drop(&mut self) {

@@ -572,6 +572,9 @@ where
 
     fn try_keep_alive(&mut self, cx: &mut Context<'_>) {
         self.state.try_keep_alive::<T>();
+        if self.state.is_idle() {
+            self.io.release_idle_buffers();
+        }
         self.maybe_notify(cx);
     }
 

@@ -251,12 +251,12 @@ impl fmt::Debug for Decoder {
 
 macro_rules! byte (
     ($rdr:ident, $cx:expr) => ({
-        let buf = ready!($rdr.read_mem($cx, 1))?;
-        if !buf.is_empty() {
-            buf[0]
-        } else {
-            return Poll::Ready(Err(io::Error::new(io::ErrorKind::UnexpectedEof,
-                                      "unexpected EOF during chunk size line")));
+        match ready!($rdr.read_byte($cx))? {
+            Some(b) => b,
+            None => {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::UnexpectedEof,
+                                          "unexpected EOF during chunk size line")));
+            }
         }
     })
 );

@@ -46,7 +46,9 @@ cfg_server! {
     use crate::service::HttpService;
 
     pub(crate) struct Server<S: HttpService<B>, B> {
-        in_flight: Pin<Box<Option<S::Future>>>,
+        // Boxed when a request arrives and freed when its response head is ready: an idle
+        // connection (and one streaming a response body) holds no room for a future.
+        in_flight: Option<Pin<Box<S::Future>>>,
         pub(crate) service: S,
     }
 }
@@ -570,7 +572,7 @@ cfg_server! {
     {
         pub(crate) fn new(service: S) -> Server<S, B> {
             Server {
-                in_flight: Box::pin(None),
+                in_flight: None,
                 service,
             }
         }
@@ -599,7 +601,7 @@ cfg_server! {
             cx: &mut Context<'_>,
         ) -> Poll<Option<Result<(Self::PollItem, Self::PollBody), Self::PollError>>> {
             let mut this = self.as_mut();
-            let ret = if let Some(fut) = &mut this.in_flight.as_mut().as_pin_mut() {
+            let ret = if let Some(fut) = this.in_flight.as_mut() {
                 let resp = ready!(fut.as_mut().poll(cx)?);
                 let (parts, body) = resp.into_parts();
                 let head = MessageHead {
@@ -614,7 +616,7 @@ cfg_server! {
             };
 
             // Since in_flight finished, remove it
-            this.in_flight.set(None);
+            this.in_flight = None;
             ret
         }
 
@@ -627,7 +629,7 @@ cfg_server! {
             *req.version_mut() = msg.version;
             *req.extensions_mut() = msg.extensions;
             let fut = self.service.call(req);
-            self.in_flight.set(Some(fut));
+            self.in_flight = Some(Box::pin(fut));
             Ok(())
         }
 

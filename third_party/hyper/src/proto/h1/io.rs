@@ -22,6 +22,14 @@ pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
 // Note: if this changes, update server::conn::Http::max_buf_size docs.
 pub(crate) const DEFAULT_MAX_BUFFER_SIZE: usize = 8192 + 4096 * 100;
 
+/// The size of the per-thread buffer that reads into an empty read buffer go through.
+const SCRATCH_SIZE: usize = INIT_BUFFER_SIZE;
+
+std::thread_local! {
+    /// One per thread (a gateway worker's runtime is one thread), taken for one read at a time.
+    static SCRATCH: std::cell::Cell<Option<Box<[u8]>>> = const { std::cell::Cell::new(None) };
+}
+
 /// The maximum number of distinct `Buf`s to hold in a list before requiring
 /// a flush. Only affects when the buffer strategy is to queue buffers.
 ///
@@ -238,6 +246,10 @@ where
                 .max()
                 .saturating_sub(self.read_buf.len()),
         );
+        if self.read_buf.is_empty() && next <= SCRATCH_SIZE && self.read_buf_remaining_mut() < next
+        {
+            return self.poll_read_via_scratch(cx, next);
+        }
         if self.read_buf_remaining_mut() < next {
             self.read_buf.reserve(next);
         }
@@ -265,6 +277,50 @@ where
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
         }
+    }
+
+    /// A read into an empty buffer that has no room for it: into the thread's scratch buffer
+    /// first, then only the bytes that arrived are copied into `read_buf` (which reuses its own
+    /// allocation in place when nothing else holds it). A connection waiting for bytes holds
+    /// no read buffer of its own, and one that reads a 300-byte head holds about 300 bytes,
+    /// not `next`.
+    fn poll_read_via_scratch(
+        &mut self,
+        cx: &mut Context<'_>,
+        next: usize,
+    ) -> Poll<io::Result<usize>> {
+        // Taken out of the cell for the read, so that a read that somehow re-enters (an I/O
+        // type that reads another hyper connection) finds none and allocates its own.
+        let mut scratch = SCRATCH
+            .with(|c| c.take())
+            .unwrap_or_else(|| vec![0; SCRATCH_SIZE].into_boxed_slice());
+        let mut buf = ReadBuf::new(&mut scratch[..next]);
+        let r = match Pin::new(&mut self.io).poll_read(cx, buf.unfilled()) {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len();
+                trace!("received {} bytes", n);
+                self.read_buf.extend_from_slice(&scratch[..n]);
+                self.read_buf_strategy.record(n);
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending => {
+                self.read_blocked = true;
+                Poll::Pending
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+        };
+        SCRATCH.with(|c| c.set(Some(scratch)));
+        r
+    }
+
+    /// Called when the connection has gone idle (a message done in both directions): the read
+    /// buffer, if it holds nothing, and the head buffer, if it was flushed, are given back, so
+    /// an idle keep-alive connection holds no buffer; the next bytes that arrive take one.
+    pub(crate) fn release_idle_buffers(&mut self) {
+        if self.read_buf.is_empty() && self.read_buf.capacity() != 0 {
+            self.read_buf = BytesMut::new();
+        }
+        self.write_buf.release_if_empty();
     }
 
     pub(crate) fn into_inner(self) -> (T, Bytes) {
@@ -351,6 +407,13 @@ impl<T: Unpin, B> Unpin for Buffered<T, B> {}
 // TODO: This trait is old... at least rename to PollBytes or something...
 pub(crate) trait MemRead {
     fn read_mem(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<Bytes>>;
+
+    /// The next byte, `None` at the end of the input: what `read_mem(cx, 1)` gives, without
+    /// making a `Bytes` of it (the chunked decoder reads every size line and CRLF byte by byte).
+    fn read_byte(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<u8>>> {
+        let buf = ready!(self.read_mem(cx, 1))?;
+        Poll::Ready(Ok(buf.first().copied()))
+    }
 }
 
 impl<T, B> MemRead for Buffered<T, B>
@@ -366,6 +429,15 @@ where
             let n = ready!(self.poll_read_from_io(cx))?;
             Poll::Ready(Ok(self.read_buf.split_to(::std::cmp::min(len, n)).freeze()))
         }
+    }
+
+    fn read_byte(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<u8>>> {
+        if self.read_buf.is_empty() && ready!(self.poll_read_from_io(cx))? == 0 {
+            return Poll::Ready(Ok(None));
+        }
+        let b = self.read_buf[0];
+        self.read_buf.advance(1);
+        Poll::Ready(Ok(Some(b)))
     }
 }
 
@@ -535,7 +607,8 @@ pub(super) struct WriteBuf<B> {
 impl<B: Buf> WriteBuf<B> {
     fn new(strategy: WriteStrategy) -> WriteBuf<B> {
         WriteBuf {
-            headers: Cursor::new(Vec::with_capacity(INIT_BUFFER_SIZE)),
+            // Taken when a head is encoded, given back when the connection goes idle.
+            headers: Cursor::new(Vec::new()),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
             strategy,
@@ -589,6 +662,12 @@ impl<B: Buf> WriteBuf<B> {
             WriteStrategy::Queue => {
                 self.queue.bufs_cnt() < MAX_BUF_LIST_BUFFERS && self.remaining() < self.max_buf_size
             }
+        }
+    }
+
+    fn release_if_empty(&mut self) {
+        if self.headers.remaining() == 0 && self.headers.bytes.capacity() != 0 {
+            self.headers = Cursor::new(Vec::new());
         }
     }
 
