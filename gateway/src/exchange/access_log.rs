@@ -307,6 +307,14 @@ pub(super) fn write_line(
         }
         None => out.extend_from_slice(b",\"tokens_out\":null"),
     }
+    if let Some(c) = i.usage.cached {
+        out.extend_from_slice(b",\"tokens_cached\":");
+        json::write_u64(out, c);
+    }
+    if let Some(nano) = i.cost {
+        out.extend_from_slice(b",\"cost_usd\":");
+        crate::provider::price::write_usd(out, nano);
+    }
     out.extend_from_slice(b",\"key_id\":");
     match &i.key_id {
         Some(k) => json::write_str(out, k),

@@ -43,5 +43,8 @@ pub(super) struct Facts {
     pub(super) failed: Vec<(u8, AttemptOutcome, u16)>,
     /// The serving attempt's place in flight on its upstream, held until the request ends.
     pub(super) lease: Option<Lease>,
+    /// What it cost in nanodollars, when its deployment has a price (set when it finishes, or
+    /// when a buffered answer's header is written).
+    pub(super) cost: Option<u64>,
     pub(super) finished: bool,
 }

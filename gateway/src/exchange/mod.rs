@@ -28,8 +28,24 @@ use crate::json::usage::{scan_usage, Usage};
 use crate::posture::auth::Caller;
 use crate::posture::limits::{Admission, Kind, Rejection, Scope};
 use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::provider::price::{nano, write_usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
+
+/// The cost of a priced answer that is not streamed, in US dollars (`0.000125000`); a stream's
+/// cost is known only at its end, after its headers: it is in the access log and the metrics.
+pub static X_GATEWAY_COST: HeaderName = HeaderName::from_static("x-gateway-cost-usd");
+
+/// What the request cost, in nanodollars, when its deployment has a price (`None` otherwise, and
+/// before any attempt).
+fn cost(i: &Facts) -> Option<u64> {
+    let d = i
+        .target
+        .as_ref()?
+        .deployments
+        .get(usize::from(i.deployment?))?;
+    Some(nano(d.price?.cost(&i.usage)))
+}
 
 /// One proxied request. See the module docs for the call sequence.
 pub struct Record {
@@ -71,6 +87,7 @@ impl Record {
                 attempts: 0,
                 failed: Vec::new(),
                 lease: None,
+                cost: None,
                 finished: false,
             }),
         }
@@ -173,8 +190,8 @@ impl Record {
         self.with(|i| i.error = Some(m));
     }
 
-    /// The end of the request path: sets `x-request-id` (and the 429 headers), records the status,
-    /// and finishes the record unless a stream took it over.
+    /// The end of the request path: sets `x-request-id` (and the 429 headers, and the cost of a
+    /// priced answer), records the status, and finishes the record unless a stream took it over.
     pub fn respond(&mut self, mut resp: GwResponse) -> GwResponse {
         let h = resp.headers_mut();
         h.insert(X_REQUEST_ID.clone(), self.request_id.clone());
@@ -184,6 +201,14 @@ impl Record {
         if let Some(i) = self.inner.as_mut() {
             if let Some(r) = &i.rejected {
                 r.apply_headers(h);
+            }
+            if let Some(nano) = cost(i) {
+                i.cost = Some(nano);
+                let mut usd = Vec::with_capacity(24);
+                write_usd(&mut usd, nano);
+                if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(usd)) {
+                    h.insert(X_GATEWAY_COST.clone(), v);
+                }
             }
             i.status = resp.status().as_u16();
             if i.upstream_start.is_some() && i.upstream_end.is_none() {
@@ -225,6 +250,12 @@ fn finish(i: &mut Facts) {
     let first_token = i.first_token.map(|t| t - i.t0);
     let tokens_in = i.usage.input.unwrap_or(0);
     let tokens_out = i.usage.output.unwrap_or(0);
+    if i.cost.is_none() {
+        i.cost = cost(i);
+    }
+    if let Some(nano) = i.cost {
+        metrics::spend(i.key_id.as_ref(), i.model_label, nano);
+    }
     if let Some(mut a) = i.admission.take() {
         if i.usage.input.is_some() || i.usage.output.is_some() {
             a.settle(tokens_in + tokens_out);
@@ -241,6 +272,7 @@ fn finish(i: &mut Facts) {
         first_token,
         tokens_in,
         tokens_out,
+        tokens_cached: i.usage.cached.unwrap_or(0),
         rejected,
     });
     metrics::inflight_add(i.route, -1);

@@ -175,6 +175,7 @@ async fn run(
         dialect,
         body: &body,
         model_span: body_head.model_span,
+        stream_options: body_head.stream_options,
         stream,
         route,
         // The client's headers are no longer needed: their map carries the upstream request's.

@@ -21,6 +21,7 @@
 
 pub mod exposition;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -151,7 +152,7 @@ fn zeros(n: usize) -> Box<[AtomicU64]> {
 /// One thread's counters.
 pub struct Shard {
     requests: Box<[AtomicU64]>,    // route × model × status
-    tokens: Box<[AtomicU64]>,      // route × model × {in, out}
+    tokens: Box<[AtomicU64]>,      // route × model × {in, out, cached}
     rejections: Box<[AtomicU64]>,  // route × model × scope × kind
     hist: Box<[AtomicU64]>,        // hist × route × bucket
     hist_sum_ns: Box<[AtomicU64]>, // hist × route
@@ -160,13 +161,19 @@ pub struct Shard {
     fallbacks: Box<[AtomicU64]>, // upstream
     cooldowns: Box<[AtomicU64]>, // upstream
     retry_budget_exhausted: AtomicU64,
+    /// Nanodollars spent by (key, model label): priced requests only. A map, not a table: keys
+    /// are as many as the config lists. Its lock is this thread's and the scrape's, never
+    /// another worker's.
+    spend: Mutex<SpendMap>,
 }
+
+type SpendMap = HashMap<(Option<Arc<str>>, u16), u64>;
 
 impl Shard {
     fn new() -> Self {
         Shard {
             requests: zeros(NROUTES * NMODELS * NSTATUS),
-            tokens: zeros(NROUTES * NMODELS * 2),
+            tokens: zeros(NROUTES * NMODELS * 3),
             rejections: zeros(NROUTES * NMODELS * NSCOPES * NKINDS),
             hist: zeros(NHIST * NROUTES * NBUCKETS),
             hist_sum_ns: zeros(NHIST * NROUTES),
@@ -175,6 +182,7 @@ impl Shard {
             fallbacks: zeros(NUPSTREAMS),
             cooldowns: zeros(NUPSTREAMS),
             retry_budget_exhausted: AtomicU64::new(0),
+            spend: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -314,6 +322,19 @@ pub fn inflight_add(route: Dialect, delta: i64) {
     })
 }
 
+/// What a priced request cost (`gateway_spend_usd_total{key, model}`), in nanodollars.
+pub fn spend(key: Option<&Arc<str>>, model: u16, nano: u64) {
+    with_shard(|s| {
+        let mut m = s.spend.lock().unwrap();
+        match m.get_mut(&(key.cloned(), model)) {
+            Some(v) => *v = v.wrapping_add(nano),
+            None => {
+                m.insert((key.cloned(), model), nano);
+            }
+        }
+    })
+}
+
 /// Everything one finished request contributes.
 pub struct Sample {
     pub route: Dialect,
@@ -324,6 +345,7 @@ pub struct Sample {
     pub first_token: Option<Duration>,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    pub tokens_cached: u64,
     pub rejected: Option<(Scope, Kind)>,
 }
 
@@ -336,10 +358,13 @@ pub fn record(x: &Sample) {
             1,
         );
         if x.tokens_in > 0 {
-            bump(&s.tokens[(r * NMODELS + m) * 2], x.tokens_in);
+            bump(&s.tokens[(r * NMODELS + m) * 3], x.tokens_in);
         }
         if x.tokens_out > 0 {
-            bump(&s.tokens[(r * NMODELS + m) * 2 + 1], x.tokens_out);
+            bump(&s.tokens[(r * NMODELS + m) * 3 + 1], x.tokens_out);
+        }
+        if x.tokens_cached > 0 {
+            bump(&s.tokens[(r * NMODELS + m) * 3 + 2], x.tokens_cached);
         }
         if let Some((scope, kind)) = x.rejected {
             let sc = match scope {
