@@ -153,3 +153,99 @@ fn prices_are_checked() {
     assert!(!ok);
     assert!(out.contains("$.models.gpt.price.input"), "{out}");
 }
+
+#[test]
+fn a_spent_budget_refuses_in_the_clients_dialect() {
+    let mock = common::start_mock();
+    let dir = common::tmpdir("budget");
+    let log = dir.join("access.jsonl");
+    let mut cfg = ps::config(
+        mock.addr,
+        json!({
+            "metrics": {"listen": "127.0.0.1:0"}, "access_log": {"path": log},
+            "keys": [{"id": "k", "key_env": "GW_BUDGET_KEY"}, {"id": "free", "key_env": "GW_BUDGET_FREE"}],
+            "budgets": {"keys": {"k": {"usd": 0.002, "period": "day"}}},
+        }),
+    );
+    cfg["models"]["gpt"]["price"] = json!({"input": 2.5, "output": 10});
+    let gw = ps::start(
+        &cfg,
+        &[("GW_BUDGET_KEY", "sk-k"), ("GW_BUDGET_FREE", "sk-free")],
+    );
+    let auth = [("authorization", "Bearer sk-k")];
+    let path = "/v1/chat/completions";
+    let mut served = 0;
+    let refused = loop {
+        let r = ps::post_with(gw.addr, path, &auth, &ps::chat("gpt", "hello there"));
+        match r.status {
+            200 => served += 1,
+            429 => break r,
+            s => panic!("{s}: {}", r.text()),
+        }
+        assert!(served < 100, "the budget never ran out");
+    };
+    assert!(served > 1, "{served}");
+    let e = refused.json();
+    assert_eq!(e["error"]["type"], "insufficient_quota", "{e}");
+    assert_eq!(e["error"]["code"], "insufficient_quota");
+    let msg = e["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("budget") && !msg.contains("rate"), "{msg}");
+    assert!(
+        refused
+            .header("retry-after")
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > 60
+    );
+    // The Anthropic dialect's refusal (the same alias, translated).
+    let r = ps::post_with(
+        gw.addr,
+        "/v1/messages",
+        &auth,
+        &ps::messages("gpt", "hi", false),
+    );
+    assert_eq!(r.status, 429);
+    let e = r.json();
+    assert_eq!(e["type"], "error");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("budget exceeded"),
+        "{e}"
+    );
+    // A stream is refused before it starts; an unpriced alias and another key are not held.
+    let r = ps::post_with(gw.addr, path, &auth, &chat_stream("gpt", None));
+    assert_eq!(r.status, 429);
+    let r = ps::post_with(gw.addr, path, &auth, &ps::chat("claude", "hi"));
+    assert_eq!(r.status, 200);
+    let free = [("authorization", "Bearer sk-free")];
+    assert_eq!(
+        ps::post_with(gw.addr, path, &free, &ps::chat("gpt", "hi")).status,
+        200
+    );
+
+    // What the key spent: its budget, overshot by at most the last request admitted.
+    let m = gw.scrape();
+    let spent = m
+        .lines()
+        .find(|l| l.starts_with("gateway_spend_usd_total{key=\"k\",model=\"gpt\"} "))
+        .map(|l| nano(l.rsplit(' ').next().unwrap()))
+        .unwrap();
+    let lines = ps::log_lines(&log, served + 5);
+    let last = lines
+        .iter()
+        .filter(|l| l["status"] == 200 && l["model"] == "gpt")
+        .map(|l| logged_nano(&l["cost_usd"]))
+        .max()
+        .unwrap();
+    assert!(
+        spent >= 2_000_000 && spent < 2_000_000 + last,
+        "spent {spent} nanodollars of 2000000"
+    );
+    let over: Vec<_> = lines.iter().filter(|l| l["status"] == 429).collect();
+    assert_eq!(over.len(), 3);
+    assert!(over.iter().all(|l| l["over_budget"] == "key"), "{over:?}");
+    assert_eq!(gw.terminate(), Some(0));
+}

@@ -22,6 +22,7 @@ use crate::posture::limits::store::Store;
 use crate::posture::limits::{Limits, StoreSource};
 use crate::posture::metrics::exposition::MetricsConfig;
 use crate::posture::metrics::{ModelLabels, UpstreamLabels};
+use crate::posture::spend::Budgets;
 use crate::routing::{AliasMap, Policy, Route};
 
 /// The immutable view of the configuration that requests run against.
@@ -41,6 +42,8 @@ pub struct Snapshot {
     pub keys: Keys,
     /// Rate-limit policies and their live counters.
     pub limits: Limits,
+    /// Spend budgets (`budgets`), shared through the limits' store.
+    pub budgets: Budgets,
     /// Alias → `model` metric label.
     pub metric_models: ModelLabels,
     /// Retries, retry budget and cooldown of aliases with several deployments.
@@ -95,6 +98,7 @@ const KNOWN_TOP: &[&str] = &[
     "metrics",
     "access_log",
     "routing",
+    "budgets",
 ];
 
 /// Reads and assembles the file at `path`; `store` says what becomes of its `limits.store`.
@@ -204,6 +208,8 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     let keys = Keys::from_config(c, top.get("keys"));
     let aliases: Vec<&str> = routes.keys().map(String::as_str).collect();
     let limits = Limits::from_config(c, top.get("limits"), &keys.ids(), &aliases, store);
+    let budgets =
+        Budgets::from_config(c, top.get("budgets"), &keys.ids(), &aliases, limits.store());
     let metric_models = ModelLabels::new(aliases.iter().copied());
     // Every route of one configuration points into the same table of upstreams.
     let metric_upstreams = match routes.values().next() {
@@ -238,6 +244,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
             max_header_bytes,
             keys,
             limits,
+            budgets,
             metric_models,
             routing,
             metric_upstreams,

@@ -39,6 +39,11 @@ pub const POSTURES: &[Posture] = &[
         enabled: |c| c.snapshot.limits.store_configured(),
     },
     Posture {
+        name: "budgets",
+        what: "spend budgets: a request to a priced alias reserves its most cost against its key's and alias's budgets and settles its real cost",
+        enabled: |c| !c.snapshot.budgets.is_empty(),
+    },
+    Posture {
         name: "access-log",
         what: "the access log (on unless disabled): every request writes its JSON line",
         enabled: |c| c.startup.access_log.enabled,

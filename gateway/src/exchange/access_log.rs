@@ -327,6 +327,11 @@ pub(super) fn write_line(
         out.extend_from_slice(r.kind.as_str().as_bytes());
         out.push(b'"');
     }
+    if let Some(scope) = i.over_budget {
+        out.extend_from_slice(b",\"over_budget\":\"");
+        out.extend_from_slice(scope.as_str().as_bytes());
+        out.push(b'"');
+    }
     if let Some(e) = &i.error {
         out.extend_from_slice(b",\"error\":");
         json::write_str(out, e);

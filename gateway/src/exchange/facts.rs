@@ -10,7 +10,7 @@ use http::HeaderValue;
 
 use crate::dialect::Dialect;
 use crate::json::usage::Usage;
-use crate::posture::limits::{Admission, Rejection};
+use crate::posture::limits::{Admission, Rejection, Scope};
 use crate::posture::metrics::AttemptOutcome;
 use crate::routing::health::Lease;
 use crate::routing::Route;
@@ -33,6 +33,10 @@ pub(super) struct Facts {
     pub(super) first_token: Option<Instant>,
     pub(super) usage: Usage,
     pub(super) admission: Option<Admission>,
+    /// The spend budgets' admission (its reservation), settled with the cost at the end.
+    pub(super) budget: Option<Admission>,
+    /// Refused by a spend budget.
+    pub(super) over_budget: Option<Scope>,
     pub(super) rejected: Option<Rejection>,
     pub(super) error: Option<String>,
     pub(super) stream_error: Option<String>,

@@ -28,6 +28,7 @@ use crate::json::usage::{scan_usage, Usage};
 use crate::posture::auth::Caller;
 use crate::posture::limits::{Admission, Kind, Rejection, Scope};
 use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::posture::spend;
 use crate::provider::price::{nano, write_usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
@@ -80,6 +81,8 @@ impl Record {
                 first_token: None,
                 usage: Usage::default(),
                 admission: None,
+                budget: None,
+                over_budget: None,
                 rejected: None,
                 error: None,
                 stream_error: None,
@@ -142,6 +145,20 @@ impl Record {
         }
         self.with(|i| i.rejected = Some(r));
         e
+    }
+
+    /// The spend budgets' admission: settled with the request's cost when it finishes.
+    pub fn set_budget(&mut self, a: Admission) {
+        self.with(|i| i.budget = Some(a));
+    }
+
+    /// A spend budget's refusal: returns the client's error (429, or the store's 503).
+    pub fn over_budget(&mut self, r: &Rejection) -> GwError {
+        if !r.is_unavailable() {
+            let scope = r.scope;
+            self.with(|i| i.over_budget = Some(scope));
+        }
+        spend::refusal(r)
     }
 
     /// Just before an upstream request is sent (`now`), to the route's deployment at
@@ -255,6 +272,16 @@ fn finish(i: &mut Facts) {
     }
     if let Some(nano) = i.cost {
         metrics::spend(i.key_id.as_ref(), i.model_label, nano);
+    }
+    if let Some(mut b) = i.budget.take() {
+        // The real cost when the usage is known; a failed request gives its reservation back;
+        // a request that ended without usage (a stream cut short) keeps it.
+        let known = i.usage.input.is_some() || i.usage.output.is_some();
+        match i.cost {
+            Some(nano) if known => b.settle(spend::micro_of_nano(nano)),
+            _ if !(200..300).contains(&i.status) => b.settle(0),
+            _ => {}
+        }
     }
     if let Some(mut a) = i.admission.take() {
         if i.usage.input.is_some() || i.usage.output.is_some() {

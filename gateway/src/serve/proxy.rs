@@ -169,6 +169,15 @@ async fn run(
     }
     .map_err(|r| rec.rate_limited(r))?;
     rec.set_admission(admission);
+    if let Some(micro) = snap.budgets.reservation(route, &body) {
+        let (key, alias) = (caller.id.as_deref(), &route.alias);
+        let budget = match snap.budgets.admit(key, alias, micro) {
+            Admit::Now(a) => a,
+            Admit::Wait => Box::pin(snap.budgets.admit_waiting(key, alias, micro)).await,
+        }
+        .map_err(|r| rec.over_budget(&r))?;
+        rec.set_budget(budget);
+    }
     let call = attempts::Call {
         client,
         snap,

@@ -81,7 +81,10 @@ pub struct RateLease {
     store: Arc<Store>,
     /// The Redis key (prefix, scope, name and kind: no secret).
     key: String,
+    /// The limit: units per window (a minute; a spend budget's period).
     per_minute: u64,
+    /// The window, microseconds (`scripts::BUCKET`'s ARGV[5]).
+    window_us: u64,
     /// Units held; below zero it is debt not yet handed to Redis.
     balance: AtomicI64,
     /// Below this the lease is refilled before it runs out.
@@ -114,11 +117,13 @@ impl std::fmt::Debug for RateLease {
 }
 
 impl RateLease {
-    pub fn new(store: &Arc<Store>, key: String, per_minute: u64) -> Arc<RateLease> {
+    /// A lease of `per_minute` units per `window_ns` (a minute, except for a spend budget).
+    pub fn new(store: &Arc<Store>, key: String, per_minute: u64, window_ns: u64) -> Arc<RateLease> {
         Arc::new(RateLease {
             store: store.clone(),
             key,
             per_minute,
+            window_us: window_ns / 1000,
             balance: AtomicI64::new(0),
             low: AtomicI64::new(1),
             pending: AtomicBool::new(false),
@@ -228,7 +233,7 @@ impl RateLease {
 
     /// Time for one unit to come back at the policy's rate.
     fn unit_time(&self) -> Duration {
-        Duration::from_nanos(60_000_000_000 / self.per_minute.max(1))
+        Duration::from_micros(self.window_us / self.per_minute.max(1))
     }
 
     /// `(remaining, time until full)` as this replica knows them, for `x-ratelimit-*`.
@@ -291,7 +296,8 @@ impl RateLease {
                 .arg(self.per_minute)
                 .arg(delta)
                 .arg(want)
-                .arg(SHARE);
+                .arg(SHARE)
+                .arg(self.window_us);
             match self.store.call(&inv).await {
                 Ok(v) if v.len() == 3 => {
                     let (grant, left, wait_us) = (v[0], v[1], v[2]);
@@ -343,10 +349,15 @@ impl Drop for RateLease {
         }
         let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
-        let per_minute = self.per_minute;
+        let (per_minute, window_us) = (self.per_minute, self.window_us);
         self.store.spawn(async move {
             let mut inv = BUCKET.prepare_invoke();
-            inv.key(&key).arg(per_minute).arg(b).arg(0).arg(SHARE);
+            inv.key(&key)
+                .arg(per_minute)
+                .arg(b)
+                .arg(0)
+                .arg(SHARE)
+                .arg(window_us);
             let _ = store.call(&inv).await;
         });
     }
