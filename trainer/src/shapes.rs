@@ -37,6 +37,7 @@ pub const POSTURES: &[&str] = &[
     "keys",
     "multi-deployment",
     "shared-limits",
+    "budgets",
 ];
 
 /// A shape with its payload read.

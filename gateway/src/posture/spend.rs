@@ -160,7 +160,7 @@ fn budget(c: &mut Checker, v: &Value, path: &str) -> Option<Policy> {
     let o = c.obj(v, path)?;
     c.warn_unknown(o, path, &["usd", "period"]);
     let usd = match o.get("usd").and_then(Value::as_f64) {
-        Some(u) if u >= 0.000_001 && u <= 1e9 => Some((u * 1e6).round() as u64),
+        Some(u) if (0.000_001..=1e9).contains(&u) => Some((u * 1e6).round() as u64),
         _ => {
             c.err(
                 format!("{path}.usd"),
@@ -221,20 +221,11 @@ pub fn micro_of_nano(nano: u64) -> u64 {
 }
 
 /// A budget's refusal as the client's error: 429 whose body says budget (OpenAI's own
-/// `insufficient_quota`), or the 503 of an unreachable store under `on_store_error: reject`.
+/// `insufficient_quota`), or the limits store's 503 under `on_store_error: reject`.
 pub fn refusal(r: &Rejection) -> GwError {
     if r.is_unavailable() {
-        let mut e = GwError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "the budget store is unavailable ({} {:?}); retry after 1s",
-                r.scope.as_str(),
-                r.name
-            ),
-        );
-        e.code = Some("limits_store_unavailable");
-        e.retry_after = Some(1);
-        return e;
+        // The limits' store is the budgets' store: the same 503.
+        return r.to_gw_error();
     }
     let mut e = GwError::new(
         StatusCode::TOO_MANY_REQUESTS,

@@ -93,6 +93,10 @@ pub struct RateLease {
     pending: AtomicBool,
     /// `now_ns` until which the store said the bucket has nothing left.
     empty_until: AtomicU64,
+    /// Units refunded while the store said the bucket was empty, owed to Redis: not the lease's
+    /// to admit with (an over-estimate's refund would otherwise admit request after request
+    /// while the shared bucket is in debt), handed over with the next call.
+    give_back: AtomicI64,
     /// Units left in Redis after its last answer (for `x-ratelimit-remaining-*`).
     left: AtomicI64,
     /// The size estimate, kept by the store's thread: when the last answer came, the balance
@@ -128,6 +132,7 @@ impl RateLease {
             low: AtomicI64::new(1),
             pending: AtomicBool::new(false),
             empty_until: AtomicU64::new(0),
+            give_back: AtomicI64::new(0),
             left: AtomicI64::new(per_minute as i64),
             last_answer: AtomicU64::new(0),
             balance_after: AtomicI64::new(0),
@@ -210,6 +215,14 @@ impl RateLease {
 
     /// Gives units back to the lease (a rolled-back admission, an over-estimate of tokens).
     pub fn refund(self: &Arc<Self>, n: i64) {
+        if self.empty_until.load(Ordering::Relaxed) != 0 {
+            // The shared bucket is empty: the units go back to it, not to this lease.
+            self.give_back.fetch_add(n, Ordering::Relaxed);
+            if self.store.is_up() {
+                self.call(Ask::Need(0));
+            }
+            return;
+        }
         let b = self.balance.fetch_add(n, Ordering::Relaxed) + n;
         if b > 2 * self.target.load(Ordering::Relaxed) + 1 && self.store.is_up() {
             self.call(Ask::Need(0));
@@ -290,6 +303,8 @@ impl RateLease {
                 (delta, if delta > 0 { 0 } else { want })
             }
         };
+        let back = self.give_back.swap(0, Ordering::Relaxed);
+        let delta = delta + back;
         if delta != 0 || want != 0 {
             let mut inv = BUCKET.prepare_invoke();
             inv.key(&self.key)
@@ -316,7 +331,8 @@ impl RateLease {
                 }
                 // Unanswered (or malformed): what was handed over is the lease's again.
                 _ => {
-                    self.balance.fetch_add(delta, Ordering::Relaxed);
+                    self.balance.fetch_add(delta - back, Ordering::Relaxed);
+                    self.give_back.fetch_add(back, Ordering::Relaxed);
                 }
             }
         }
@@ -332,7 +348,7 @@ impl RateLease {
         }
         let b = self.balance.load(Ordering::Relaxed);
         let seen = self.seen.swap(b, Ordering::Relaxed);
-        if b < 0 {
+        if b < 0 || self.give_back.load(Ordering::Relaxed) != 0 {
             self.call(Ask::Need(0));
         } else if b > 0 && b == seen {
             self.call(Ask::Release);
@@ -343,7 +359,7 @@ impl RateLease {
 impl Drop for RateLease {
     /// A reload or the shutdown dropped the policy: what the lease holds (or owes) goes back.
     fn drop(&mut self) {
-        let b = *self.balance.get_mut();
+        let b = *self.balance.get_mut() + *self.give_back.get_mut();
         if b == 0 {
             return;
         }
