@@ -38,6 +38,7 @@ pub const POSTURES: &[&str] = &[
     "multi-deployment",
     "shared-limits",
     "budgets",
+    "traced",
 ];
 
 /// A shape with its payload read.

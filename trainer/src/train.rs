@@ -279,6 +279,13 @@ pub fn gateway_config(
     if shape.posture == "budgets" {
         with_unreached_budget(&mut cfg, &shape.model);
     }
+    if shape.posture == "traced" {
+        // Every request sampled; nothing listens at the endpoint, so the exports fail off the
+        // request path (counted), which is all training needs of them.
+        cfg["tracing"] = serde_json::json!({
+            "endpoint": "http://127.0.0.1:9/v1/traces", "sample_ratio": 1.0
+        });
+    }
     cfg
 }
 

@@ -23,6 +23,7 @@ use crate::posture::limits::{Limits, StoreSource};
 use crate::posture::metrics::exposition::MetricsConfig;
 use crate::posture::metrics::{ModelLabels, UpstreamLabels};
 use crate::posture::spend::Budgets;
+use crate::posture::traces::TracingConfig;
 use crate::routing::{AliasMap, Policy, Route};
 
 /// The immutable view of the configuration that requests run against.
@@ -67,6 +68,8 @@ pub struct Startup {
     pub header_timeout: Duration,
     pub metrics: Option<MetricsConfig>,
     pub access_log: AccessLogConfig,
+    /// OpenTelemetry traces (`tracing`), off when absent.
+    pub tracing: Option<TracingConfig>,
     /// TLS for https upstreams (built-in roots plus `upstream_ca_files`).
     pub upstream_tls: Arc<rustls::ClientConfig>,
     /// The shared quota store (`limits.store`), started once by the assembly for serving; a
@@ -99,6 +102,7 @@ const KNOWN_TOP: &[&str] = &[
     "access_log",
     "routing",
     "budgets",
+    "tracing",
 ];
 
 /// Reads and assembles the file at `path`; `store` says what becomes of its `limits.store`.
@@ -218,6 +222,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     };
     let metrics = MetricsConfig::from_config(c, top.get("metrics"));
     let access_log = AccessLogConfig::from_config(c, top.get("access_log"));
+    let tracing = TracingConfig::from_config(c, top.get("tracing"));
 
     let addr = addr?;
     let upstream_tls = upstream_tls?;
@@ -232,6 +237,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
             header_timeout: Duration::from_millis(header_ms),
             metrics,
             access_log,
+            tracing,
             upstream_tls,
             store: limits.store().cloned(),
         },

@@ -44,6 +44,11 @@ pub const POSTURES: &[Posture] = &[
         enabled: |c| !c.snapshot.budgets.is_empty(),
     },
     Posture {
+        name: "traces",
+        what: "OpenTelemetry traces (tracing): every request is sampled or not, a sampled one records its spans and every attempt carries traceparent",
+        enabled: |c| c.startup.tracing.is_some(),
+    },
+    Posture {
         name: "access-log",
         what: "the access log (on unless disabled): every request writes its JSON line",
         enabled: |c| c.startup.access_log.enabled,

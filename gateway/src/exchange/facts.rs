@@ -12,6 +12,7 @@ use crate::dialect::Dialect;
 use crate::json::usage::Usage;
 use crate::posture::limits::{Admission, Rejection, Scope};
 use crate::posture::metrics::AttemptOutcome;
+use crate::posture::traces::Trace;
 use crate::routing::health::Lease;
 use crate::routing::Route;
 
@@ -50,5 +51,7 @@ pub(super) struct Facts {
     /// What it cost in nanodollars, when its deployment has a price (set when it finishes, or
     /// when a buffered answer's header is written).
     pub(super) cost: Option<u64>,
+    /// A sampled request's trace (`posture/traces.rs`).
+    pub(super) trace: Option<Box<Trace>>,
     pub(super) finished: bool,
 }

@@ -29,6 +29,7 @@ use crate::posture::auth::Caller;
 use crate::posture::limits::{Admission, Kind, Rejection, Scope};
 use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
 use crate::posture::spend;
+use crate::posture::traces;
 use crate::provider::price::{nano, write_usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
@@ -53,6 +54,8 @@ pub struct Record {
     request_id: HeaderValue,
     /// `x-ratelimit-*` of the admitting policy, for the response (empty without rate policies).
     ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
+    /// The client's `traceparent` of a request that traces did not sample, passed on upstream.
+    client_traceparent: Option<HeaderValue>,
     inner: Option<Facts>,
 }
 
@@ -65,6 +68,7 @@ impl Record {
         Record {
             request_id: request_id.clone(),
             ratelimit_headers: Vec::new(),
+            client_traceparent: None,
             inner: Some(Facts {
                 t0: Instant::now(),
                 start_wall: SystemTime::now(),
@@ -91,6 +95,7 @@ impl Record {
                 failed: Vec::new(),
                 lease: None,
                 cost: None,
+                trace: None,
                 finished: false,
             }),
         }
@@ -161,22 +166,44 @@ impl Record {
         spend::refusal(r)
     }
 
+    /// With traces on: the sampling decision, from the client's `traceparent` (kept to pass on
+    /// upstream when the request is not sampled).
+    pub fn trace(&mut self, traceparent: Option<&HeaderValue>) {
+        let t = traces::start(traceparent);
+        if t.is_none() {
+            self.client_traceparent = traceparent.cloned();
+        }
+        self.with(|i| i.trace = t);
+    }
+
     /// Just before an upstream request is sent (`now`), to the route's deployment at
-    /// `deployment`. The upstream time runs from the first attempt.
-    pub fn upstream_start(&mut self, deployment: usize, now: Instant) {
-        self.with(|i| {
-            if i.upstream_start.is_none() {
-                i.upstream_start = Some(now);
+    /// `deployment`. The upstream time runs from the first attempt. Returns the `traceparent`
+    /// the request carries upstream, if any (traces on).
+    pub fn upstream_start(&mut self, deployment: usize, now: Instant) -> Option<HeaderValue> {
+        let i = self.inner.as_mut()?;
+        if i.upstream_start.is_none() {
+            i.upstream_start = Some(now);
+        }
+        i.deployment = Some(deployment as u8);
+        i.attempts = i.attempts.saturating_add(1);
+        match &mut i.trace {
+            Some(t) => {
+                let span = t.attempt(deployment, now.saturating_duration_since(i.t0));
+                Some(traces::traceparent(&t.trace_id, &span))
             }
-            i.deployment = Some(deployment as u8);
-            i.attempts = i.attempts.saturating_add(1);
-        });
+            None => self.client_traceparent.clone(),
+        }
     }
 
     /// The attempt on `deployment` failed (`status` 0 when there was no answer) and the request
     /// goes on to another deployment.
     pub fn attempt_failed(&mut self, deployment: usize, outcome: AttemptOutcome, status: u16) {
-        self.with(|i| i.failed.push((deployment as u8, outcome, status)));
+        self.with(|i| {
+            i.failed.push((deployment as u8, outcome, status));
+            if let Some(t) = &mut i.trace {
+                t.attempt_failed(outcome.as_str(), i.t0.elapsed());
+            }
+        });
     }
 
     /// Keeps the serving attempt's lease until the request (a stream: the stream) has ended.
@@ -303,7 +330,41 @@ fn finish(i: &mut Facts) {
         rejected,
     });
     metrics::inflight_add(i.route, -1);
+    if let Some(trace) = i.trace.take() {
+        finish_trace(i, trace, duration);
+    }
     access_log::write(i, duration, upstream, first_token);
+}
+
+/// A sampled request's spans, to the exporter.
+#[cold]
+fn finish_trace(i: &Facts, trace: Box<traces::Trace>, duration: std::time::Duration) {
+    let error = if let Some(e) = &i.stream_error {
+        Some(
+            if e == "client disconnected" {
+                "client_disconnected"
+            } else {
+                "stream_error"
+            }
+            .to_string(),
+        )
+    } else if i.status >= 400 {
+        Some(i.status.to_string())
+    } else {
+        None
+    };
+    traces::finish(traces::Finished {
+        trace,
+        start: i.start_wall,
+        duration,
+        upstream_end: i.upstream_end.map(|e| e.saturating_duration_since(i.t0)),
+        operation: "chat",
+        route: i.target.clone(),
+        input_tokens: i.usage.input,
+        output_tokens: i.usage.output,
+        status: i.status,
+        error,
+    });
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use crate::http::stream::SseBody;
 use crate::json;
 use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
 use crate::posture::metrics::{self, AttemptOutcome};
+use crate::posture::traces::TRACEPARENT;
 use crate::provider;
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
@@ -208,11 +209,13 @@ async fn send(
     let d = &c.route.deployments[i];
     let native = p.translation.is_none();
     let label = c.snap.metric_upstreams.index(d.upstream);
-    let request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
+    let mut request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
     // One clock read for the deadline and the record.
     let now = std::time::Instant::now();
     let deadline = Instant::from_std(now) + c.snap.upstream_timeout;
-    rec.upstream_start(i, now);
+    if let Some(tp) = rec.upstream_start(i, now) {
+        request.headers_mut().insert(TRACEPARENT.clone(), tp);
+    }
     let (resp, conn) = match timeout_at(deadline, c.client.send(&d.provider.origin, request)).await
     {
         Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),

@@ -16,6 +16,7 @@ use crate::exchange::Record;
 use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
 use crate::posture::limits::Admit;
+use crate::posture::traces;
 use crate::serve::attempts;
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
@@ -27,6 +28,9 @@ pub async fn handle(
 ) -> GwResponse {
     let ClientHead { request_id, checks } = ClientHead::of(&req);
     let mut rec = Record::start(dialect, request_id);
+    if traces::enabled() {
+        rec.trace(req.headers().get(&traces::TRACEPARENT));
+    }
     let resp = match run(client, &snap, dialect, req, checks, &mut rec).await {
         Ok(r) => r,
         Err(e) => {

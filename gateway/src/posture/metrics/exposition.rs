@@ -78,6 +78,19 @@ pub fn render() -> String {
     }
 
     render_spend(&mut o, &shards, &models);
+    if crate::posture::traces::enabled() {
+        let (dropped, ok, failed) = crate::posture::traces::counters();
+        o.push_str("# HELP gateway_trace_spans_dropped_total Spans not exported: a worker's buffer was full, or their export failed.\n");
+        o.push_str("# TYPE gateway_trace_spans_dropped_total counter\n");
+        let _ = writeln!(o, "gateway_trace_spans_dropped_total {dropped}");
+        o.push_str("# HELP gateway_trace_exports_total OTLP exports (one POST of a batch of spans) by result.\n");
+        o.push_str("# TYPE gateway_trace_exports_total counter\n");
+        let _ = writeln!(o, "gateway_trace_exports_total{{result=\"ok\"}} {ok}");
+        let _ = writeln!(
+            o,
+            "gateway_trace_exports_total{{result=\"failed\"}} {failed}"
+        );
+    }
 
     o.push_str("# HELP gateway_rate_limited_total Requests refused by a rate-limit policy.\n");
     o.push_str("# TYPE gateway_rate_limited_total counter\n");
