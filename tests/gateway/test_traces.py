@@ -96,7 +96,10 @@ def attrs(span):
     out = {}
     for kv in span.attributes:
         v = kv.value
-        out[kv.key] = v.string_value if v.HasField("string_value") else v.int_value
+        if v.HasField("array_value"):
+            out[kv.key] = [e.string_value for e in v.array_value.values]
+        else:
+            out[kv.key] = v.string_value if v.HasField("string_value") else v.int_value
     return out
 
 
@@ -173,6 +176,7 @@ def test_spans_follow_the_client_trace_and_reach_the_upstream(binaries):
     assert a["gen_ai.response.model"] == "up-model"
     assert a["gen_ai.usage.input_tokens"] == 7
     assert a["gen_ai.usage.output_tokens"] == 3
+    assert a["gen_ai.response.finish_reasons"] == ["stop"]
     assert first.status.code == first.status.STATUS_CODE_OK
     assert first.end_time_unix_nano > first.start_time_unix_nano > 0
 

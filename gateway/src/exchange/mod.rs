@@ -225,6 +225,11 @@ impl Record {
         if let Some(u) = scan_usage(body) {
             self.with(|i| i.usage.merge(u));
         }
+        self.with(|i| {
+            if let Some(t) = &mut i.trace {
+                t.saw(body);
+            }
+        });
     }
 
     /// An error message for the log line (keep it free of secrets: upstream credentials never

@@ -95,6 +95,26 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     Some(u)
 }
 
+/// The last `"finish_reason":"..."` (chat completions) or `"stop_reason":"..."` (Anthropic
+/// Messages) string of a body or an event, as written (escapes kept): a sampled request's
+/// `gen_ai.response.finish_reasons` (`posture/traces.rs`). `null` and other values are not one.
+pub fn finish_reason(body: &[u8]) -> Option<&[u8]> {
+    for key in [&b"\"finish_reason\":"[..], b"\"stop_reason\":"] {
+        let Some(pos) = memchr::memmem::rfind(body, key) else {
+            continue;
+        };
+        let mut p = Scan {
+            b: body,
+            i: pos + key.len(),
+        };
+        p.ws();
+        if p.peek() == Some(b'"') {
+            return p.string();
+        }
+    }
+    None
+}
+
 /// Where the last `key` starts in `body`, looking backwards from each occurrence of its byte at
 /// `anchor` (chosen rare: every usage member has a `:`, but of the three dialects' usage members
 /// only OpenAI's nested `reasoning_tokens` has the `g` of `"usage"`, so the first or second hit
@@ -338,6 +358,18 @@ mod tests {
             br#"{"choices":[],"usage": {"prompt_tokens":1}}"#
         ));
         assert!(!has_usage_object(br#"{"choices":[],"usage":null}"#));
+        assert_eq!(
+            finish_reason(br#"{"choices":[{"finish_reason": "stop"}]}"#),
+            Some(&b"stop"[..])
+        );
+        assert_eq!(
+            finish_reason(br#"{"delta":{"stop_reason":"end_turn"},"usage":{}}"#),
+            Some(&b"end_turn"[..])
+        );
+        assert_eq!(
+            finish_reason(br#"{"choices":[{"finish_reason":null}]}"#),
+            None
+        );
         assert!(!has_usage_object(br#"{"choices":[]}"#));
         assert_eq!(
             scan_usage(br#"{"usage":{"input_tokens":99999999999999999999999}}"#),

@@ -198,6 +198,8 @@ pub struct Trace {
     /// The client's span, when it sent a `traceparent`.
     pub parent: Option<[u8; 8]>,
     pub attempts: Vec<Attempt>,
+    /// `gen_ai.response.finish_reasons`: the answer's last finish or stop reason.
+    pub finish_reason: Option<String>,
 }
 
 /// One upstream attempt of a sampled request.
@@ -262,6 +264,7 @@ pub fn start(traceparent: Option<&HeaderValue>) -> Option<Box<Trace>> {
         span_id: span_id(),
         parent,
         attempts: Vec::new(),
+        finish_reason: None,
     }))
 }
 
@@ -296,6 +299,13 @@ impl Trace {
             error: None,
         });
         id
+    }
+
+    /// A finish reason seen in the answer (`body` an answer or a stream event).
+    pub fn saw(&mut self, body: &[u8]) {
+        if let Some(r) = crate::json::usage::finish_reason(body) {
+            self.finish_reason = Some(String::from_utf8_lossy(r).into_owned());
+        }
     }
 
     /// The latest attempt failed (`error.type`), `end` after the request's start.
@@ -453,6 +463,7 @@ mod encode {
     enum Val<'a> {
         Str(&'a str),
         Int(i64),
+        Strs(&'a [&'a str]),
     }
 
     /// `AnyValue { string_value = 1; int_value = 3; array_value = 5 }`.
@@ -463,6 +474,11 @@ mod encode {
                 tag(v, 3, VARINT);
                 varint(v, n as u64);
             }
+            Val::Strs(list) => message(v, 5, |arr| {
+                for s in list {
+                    message(arr, 1, |e| any(e, Val::Str(s)));
+                }
+            }),
         }
     }
 
@@ -571,6 +587,14 @@ mod encode {
                     attr(s, 9, "gen_ai.provider.name", Val::Str(provider));
                     attr(s, 9, "gen_ai.response.model", Val::Str(response_model));
                 }
+                if let Some(r) = &t.finish_reason {
+                    attr(
+                        s,
+                        9,
+                        "gen_ai.response.finish_reasons",
+                        Val::Strs(&[r.as_str()]),
+                    );
+                }
                 if let Some(n) = f.input_tokens {
                     attr(s, 9, "gen_ai.usage.input_tokens", Val::Int(n as i64));
                 }
@@ -622,6 +646,14 @@ mod encode {
                     }
                     if error.is_none() && i + 1 == n {
                         attr(s, 9, "gen_ai.response.model", Val::Str(response_model));
+                        if let Some(r) = &t.finish_reason {
+                            attr(
+                                s,
+                                9,
+                                "gen_ai.response.finish_reasons",
+                                Val::Strs(&[r.as_str()]),
+                            );
+                        }
                         if let Some(v) = f.input_tokens {
                             attr(s, 9, "gen_ai.usage.input_tokens", Val::Int(v as i64));
                         }
