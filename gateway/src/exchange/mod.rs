@@ -30,7 +30,7 @@ use crate::posture::limits::{Admission, Kind, Rejection, Scope};
 use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
 use crate::posture::spend;
 use crate::posture::traces;
-use crate::provider::price::{nano, write_usd};
+use crate::provider::price::{nano, usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
 
@@ -253,11 +253,9 @@ impl Record {
             }
             if let Some(nano) = cost(i) {
                 i.cost = Some(nano);
-                let mut usd = Vec::with_capacity(24);
-                write_usd(&mut usd, nano);
-                if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(usd)) {
-                    h.insert(X_GATEWAY_COST.clone(), v);
-                }
+                let mut buf = [0; 32];
+                let v = crate::http::arena::visible_ascii(usd(&mut buf, nano));
+                h.insert(X_GATEWAY_COST.clone(), v);
             }
             i.status = resp.status().as_u16();
             if i.upstream_start.is_some() && i.upstream_end.is_none() {

@@ -199,7 +199,7 @@ pub struct Trace {
     pub parent: Option<[u8; 8]>,
     pub attempts: Vec<Attempt>,
     /// `gen_ai.response.finish_reasons`: the answer's last finish or stop reason.
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<std::borrow::Cow<'static, str>>,
 }
 
 /// One upstream attempt of a sampled request.
@@ -284,7 +284,7 @@ pub fn traceparent(trace_id: &[u8; 16], span: &[u8; 8]) -> HeaderValue {
         out[37 + 2 * i] = HEX[(b & 15) as usize];
     }
     out[52..].copy_from_slice(b"-01");
-    HeaderValue::from_bytes(&out).expect("hex digits and dashes")
+    crate::http::arena::visible_ascii(&out)
 }
 
 impl Trace {
@@ -304,7 +304,15 @@ impl Trace {
     /// A finish reason seen in the answer (`body` an answer or a stream event).
     pub fn saw(&mut self, body: &[u8]) {
         if let Some(r) = crate::json::usage::finish_reason(body) {
-            self.finish_reason = Some(String::from_utf8_lossy(r).into_owned());
+            self.finish_reason = Some(match r {
+                b"stop" => "stop".into(),
+                b"length" => "length".into(),
+                b"tool_calls" => "tool_calls".into(),
+                b"end_turn" => "end_turn".into(),
+                b"max_tokens" => "max_tokens".into(),
+                b"tool_use" => "tool_use".into(),
+                _ => String::from_utf8_lossy(r).into_owned().into(),
+            });
         }
     }
 
@@ -440,10 +448,26 @@ mod encode {
         out.extend_from_slice(b);
     }
 
+    /// A nested message written in place: one byte kept for its length, which is moved up to
+    /// make room when the message turns out longer than 127 bytes (spans; attributes are not).
     fn message(out: &mut Vec<u8>, field: u32, f: impl FnOnce(&mut Vec<u8>)) {
-        let mut m = Vec::new();
-        f(&mut m);
-        bytes(out, field, &m);
+        tag(out, field, LEN);
+        let at = out.len();
+        out.push(0);
+        f(out);
+        let len = out.len() - at - 1;
+        if len < 0x80 {
+            out[at] = len as u8;
+            return;
+        }
+        let (mut prefix, mut n, mut v) = ([0u8; 10], 0, len as u64);
+        while v >= 0x80 {
+            prefix[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        prefix[n] = v as u8;
+        out.splice(at..at + 1, prefix[..=n].iter().copied());
     }
 
     fn fixed64(out: &mut Vec<u8>, field: u32, v: u64) {
@@ -495,7 +519,7 @@ mod encode {
         trace: &[u8; 16],
         id: &[u8; 8],
         parent: Option<&[u8; 8]>,
-        name: &str,
+        name: (&str, &str),
         kind: u64,
         start: u64,
         end: u64,
@@ -508,7 +532,20 @@ mod encode {
             if let Some(p) = parent {
                 bytes(s, 4, p);
             }
-            bytes(s, 5, name.as_bytes());
+            // `operation model`, or the operation alone.
+            let len = name.0.len()
+                + if name.1.is_empty() {
+                    0
+                } else {
+                    1 + name.1.len()
+                };
+            tag(s, 5, LEN);
+            varint(s, len as u64);
+            s.extend_from_slice(name.0.as_bytes());
+            if !name.1.is_empty() {
+                s.push(b' ');
+                s.extend_from_slice(name.1.as_bytes());
+            }
             tag(s, 6, VARINT);
             varint(s, kind);
             fixed64(s, 7, start);
@@ -563,18 +600,13 @@ mod encode {
             };
             Some((provider, address, port, d.upstream_model.as_str()))
         };
-        let name = if model.is_empty() {
-            f.operation.to_string()
-        } else {
-            format!("{} {model}", f.operation)
-        };
         let last = t.attempts.last().and_then(|a| deployment(a.deployment));
         span(
             ss,
             &t.trace_id,
             &t.span_id,
             t.parent.as_ref(),
-            &name,
+            (f.operation, model),
             2, // SERVER
             start,
             end,
@@ -592,7 +624,7 @@ mod encode {
                         s,
                         9,
                         "gen_ai.response.finish_reasons",
-                        Val::Strs(&[r.as_str()]),
+                        Val::Strs(&[r.as_ref()]),
                     );
                 }
                 if let Some(n) = f.input_tokens {
@@ -632,7 +664,7 @@ mod encode {
                 &t.trace_id,
                 &a.span_id,
                 Some(&t.span_id),
-                &format!("{} {response_model}", f.operation),
+                (f.operation, response_model),
                 3, // CLIENT
                 at(a.start),
                 a_end,
@@ -651,7 +683,7 @@ mod encode {
                                 s,
                                 9,
                                 "gen_ai.response.finish_reasons",
-                                Val::Strs(&[r.as_str()]),
+                                Val::Strs(&[r.as_ref()]),
                             );
                         }
                         if let Some(v) = f.input_tokens {

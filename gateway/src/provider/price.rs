@@ -88,13 +88,23 @@ pub fn nano(pico: u64) -> u64 {
 
 /// `nano` nanodollars as dollars with nine decimals (`0.000012500`), into `out`.
 pub fn write_usd(out: &mut Vec<u8>, nano: u64) {
-    let mut buf = [b'0'; 20];
-    let start = crate::json::digits_into(&mut buf, nano / 1_000_000_000);
-    out.extend_from_slice(&buf[start..]);
-    out.push(b'.');
-    let start = crate::json::digits_into(&mut buf, nano % 1_000_000_000);
-    out.extend_from_slice(&[b'0'; 9][..9 - (20 - start)]);
-    out.extend_from_slice(&buf[start..]);
+    let mut buf = [0; 32];
+    out.extend_from_slice(usd(&mut buf, nano));
+}
+
+/// `nano` nanodollars as dollars with nine decimals, written at the end of `buf` (no allocation:
+/// the response header's value).
+pub fn usd(buf: &mut [u8; 32], nano: u64) -> &[u8] {
+    let mut digits = [b'0'; 20];
+    let start = crate::json::digits_into(&mut digits, nano % 1_000_000_000);
+    // The fraction: nine digits, zero-padded.
+    buf[23..].copy_from_slice(&[b'0'; 9]);
+    buf[32 - (20 - start)..].copy_from_slice(&digits[start..]);
+    buf[22] = b'.';
+    let start = crate::json::digits_into(&mut digits, nano / 1_000_000_000);
+    let whole = 20 - start;
+    buf[22 - whole..22].copy_from_slice(&digits[start..]);
+    &buf[22 - whole..]
 }
 
 #[cfg(test)]

@@ -171,8 +171,8 @@ pub fn render() -> String {
 fn render_spend(o: &mut String, shards: &[Arc<Shard>], models: &[String]) {
     let mut total: std::collections::BTreeMap<(Option<Arc<str>>, u16), u64> = Default::default();
     for s in shards {
-        for (k, v) in s.spend.lock().unwrap().iter() {
-            let t = total.entry(k.clone()).or_insert(0);
+        for ((_, m), (key, v)) in s.spend.lock().unwrap().iter() {
+            let t = total.entry((key.clone(), *m)).or_insert(0);
             *t = t.wrapping_add(*v);
         }
     }

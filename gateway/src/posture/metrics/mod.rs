@@ -22,6 +22,7 @@
 pub mod exposition;
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -167,7 +168,35 @@ pub struct Shard {
     spend: Mutex<SpendMap>,
 }
 
-type SpendMap = HashMap<(Option<Arc<str>>, u16), u64>;
+/// (the key id's allocation, 0 for none; model label) → (the key id, nanodollars). The key's
+/// `Arc` is the config's own, shared by every request of that key, so its address names it; a
+/// reload's new `Arc` is another entry, summed with it by name at the scrape.
+type SpendMap = HashMap<(usize, u16), (Option<Arc<str>>, u64), BuildHasherDefault<AddrHasher>>;
+
+/// One multiply per word: the spend map's keys are an address and a label, already spread, and
+/// SipHash over them was most of a priced request's bookkeeping.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(u64::from(n));
+    }
+}
 
 impl Shard {
     fn new() -> Self {
@@ -182,7 +211,7 @@ impl Shard {
             fallbacks: zeros(NUPSTREAMS),
             cooldowns: zeros(NUPSTREAMS),
             retry_budget_exhausted: AtomicU64::new(0),
-            spend: Mutex::new(HashMap::new()),
+            spend: Mutex::new(HashMap::default()),
         }
     }
 }
@@ -324,14 +353,11 @@ pub fn inflight_add(route: Dialect, delta: i64) {
 
 /// What a priced request cost (`gateway_spend_usd_total{key, model}`), in nanodollars.
 pub fn spend(key: Option<&Arc<str>>, model: u16, nano: u64) {
+    let addr = key.map_or(0, |k| Arc::as_ptr(k) as *const u8 as usize);
     with_shard(|s| {
         let mut m = s.spend.lock().unwrap();
-        match m.get_mut(&(key.cloned(), model)) {
-            Some(v) => *v = v.wrapping_add(nano),
-            None => {
-                m.insert((key.cloned(), model), nano);
-            }
-        }
+        let e = m.entry((addr, model)).or_insert_with(|| (key.cloned(), 0));
+        e.1 = e.1.wrapping_add(nano);
     })
 }
 
