@@ -49,7 +49,8 @@ fn usage_on_every_answer_and_its_cost() {
     let log = dir.join("access.jsonl");
     let mut cfg = ps::config(
         mock.addr,
-        json!({"metrics": {"listen": "127.0.0.1:0"}, "access_log": {"path": log}}),
+        json!({"metrics": {"listen": "127.0.0.1:0"}, "access_log": {"path": log},
+               "spend": {"cost_header": true}}),
     );
     cfg["models"]["gpt"]["price"] = json!({"input": 2.5, "output": 10, "cached_input": 1.25});
     let gw = ps::start(&cfg, &[]);
@@ -221,9 +222,12 @@ fn a_spent_budget_refuses_in_the_clients_dialect() {
     let r = ps::post_with(gw.addr, path, &auth, &ps::chat("claude", "hi"));
     assert_eq!(r.status, 200);
     let free = [("authorization", "Bearer sk-free")];
+    let r = ps::post_with(gw.addr, path, &free, &ps::chat("gpt", "hi"));
+    assert_eq!(r.status, 200);
     assert_eq!(
-        ps::post_with(gw.addr, path, &free, &ps::chat("gpt", "hi")).status,
-        200
+        r.header("x-gateway-cost-usd"),
+        None,
+        "the header is opt-in (spend.cost_header)"
     );
 
     // What the key spent: its budget, overshot by at most the last request admitted.

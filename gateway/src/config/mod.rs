@@ -45,6 +45,8 @@ pub struct Snapshot {
     pub limits: Limits,
     /// Spend budgets (`budgets`), shared through the limits' store.
     pub budgets: Budgets,
+    /// `spend.cost_header`: a buffered priced answer carries `x-gateway-cost-usd`.
+    pub cost_header: bool,
     /// Alias → `model` metric label.
     pub metric_models: ModelLabels,
     /// Retries, retry budget and cooldown of aliases with several deployments.
@@ -103,6 +105,7 @@ const KNOWN_TOP: &[&str] = &[
     "routing",
     "budgets",
     "tracing",
+    "spend",
 ];
 
 /// Reads and assembles the file at `path`; `store` says what becomes of its `limits.store`.
@@ -214,6 +217,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     let limits = Limits::from_config(c, top.get("limits"), &keys.ids(), &aliases, store);
     let budgets =
         Budgets::from_config(c, top.get("budgets"), &keys.ids(), &aliases, limits.store());
+    let cost_header = crate::posture::spend::cost_header(c, top.get("spend"));
     let metric_models = ModelLabels::new(aliases.iter().copied());
     // Every route of one configuration points into the same table of upstreams.
     let metric_upstreams = match routes.values().next() {
@@ -251,6 +255,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
             keys,
             limits,
             budgets,
+            cost_header,
             metric_models,
             routing,
             metric_upstreams,

@@ -34,8 +34,9 @@ use crate::provider::price::{nano, usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
 
-/// The cost of a priced answer that is not streamed, in US dollars (`0.000125000`); a stream's
-/// cost is known only at its end, after its headers: it is in the access log and the metrics.
+/// The cost of a priced answer that is not streamed, in US dollars (`0.000125000`), with
+/// `spend.cost_header`; a stream's cost is known only at its end, after its headers: it is in
+/// the access log and the metrics.
 pub static X_GATEWAY_COST: HeaderName = HeaderName::from_static("x-gateway-cost-usd");
 
 /// What the request cost, in nanodollars, when its deployment has a price (`None` otherwise, and
@@ -56,6 +57,8 @@ pub struct Record {
     ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
     /// The client's `traceparent` of a request that traces did not sample, passed on upstream.
     client_traceparent: Option<HeaderValue>,
+    /// `spend.cost_header`: a buffered priced answer carries its cost.
+    cost_header: bool,
     inner: Option<Facts>,
 }
 
@@ -69,6 +72,7 @@ impl Record {
             request_id: request_id.clone(),
             ratelimit_headers: Vec::new(),
             client_traceparent: None,
+            cost_header: false,
             inner: Some(Facts {
                 t0: Instant::now(),
                 start_wall: SystemTime::now(),
@@ -166,6 +170,11 @@ impl Record {
         spend::refusal(r)
     }
 
+    /// `spend.cost_header` is on: a buffered priced answer carries `x-gateway-cost-usd`.
+    pub fn send_cost_header(&mut self) {
+        self.cost_header = true;
+    }
+
     /// With traces on: the sampling decision, from the client's `traceparent` (kept to pass on
     /// upstream when the request is not sampled).
     pub fn trace(&mut self, traceparent: Option<&HeaderValue>) {
@@ -251,7 +260,7 @@ impl Record {
             if let Some(r) = &i.rejected {
                 r.apply_headers(h);
             }
-            if let Some(nano) = cost(i) {
+            if let (true, Some(nano)) = (self.cost_header, cost(i)) {
                 i.cost = Some(nano);
                 let mut buf = [0; 32];
                 let v = crate::http::arena::visible_ascii(usd(&mut buf, nano));

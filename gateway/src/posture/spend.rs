@@ -136,6 +136,24 @@ impl Budgets {
     }
 }
 
+/// The `spend` section: `{"cost_header": true}` puts a buffered priced answer's cost in its
+/// `x-gateway-cost-usd` header (off by default: a header the clients do not read costs every
+/// priced request its formatting and its bytes).
+pub fn cost_header(c: &mut Checker, v: Option<&Value>) -> bool {
+    let Some(o) = v.and_then(|v| c.obj(v, "$.spend")) else {
+        return false;
+    };
+    c.warn_unknown(o, "$.spend", &["cost_header"]);
+    match o.get("cost_header") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            c.err("$.spend.cost_header", "must be true or false");
+            false
+        }
+    }
+}
+
 /// The members of `o[field]` (an object of named budgets).
 fn named<'v>(
     c: &mut Checker,

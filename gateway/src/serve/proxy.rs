@@ -28,6 +28,9 @@ pub async fn handle(
 ) -> GwResponse {
     let ClientHead { request_id, checks } = ClientHead::of(&req);
     let mut rec = Record::start(dialect, request_id);
+    if snap.cost_header {
+        rec.send_cost_header();
+    }
     if traces::enabled() {
         rec.trace(req.headers().get(&traces::TRACEPARENT));
     }
