@@ -32,7 +32,6 @@ use serde_json::{Map, Value};
 
 use crate::checker::Checker;
 use crate::dialect::error::GwError;
-use crate::json;
 use crate::posture::limits::policy::Policy;
 use crate::posture::limits::store::Store;
 use crate::posture::limits::{Admission, Admit, Limits, Rejection};
@@ -217,20 +216,44 @@ fn reserve(route: &Route, body: &[u8]) -> Option<u64> {
     if !priced {
         return None;
     }
-    let [a, b, c] = json::find_members(
-        body,
-        ["max_tokens", "max_completion_tokens", "max_output_tokens"],
-    )
-    .unwrap_or_default();
-    let cap = [a, b, c]
-        .into_iter()
-        .flatten()
-        .find_map(|(s, e)| std::str::from_utf8(&body[s..e]).ok()?.parse::<u64>().ok())
-        .unwrap_or(0);
+    let cap = output_cap(body);
     let pico = (body.len() as u64 / 4)
         .saturating_mul(input)
         .saturating_add(cap.saturating_mul(output));
     Some(pico.div_ceil(1_000_000))
+}
+
+/// The request's output cap: its `max_tokens`, `max_completion_tokens` or `max_output_tokens`
+/// (0 without one). Found by a search for `_tokens"` rather than a walk of the body's members
+/// (which was most of a budgeted request's cost): an unescaped quote is never inside a string, so
+/// a match is a member name; one nested deeper (a tool's schema naming such a property) is taken
+/// too, which only makes the reservation an estimate, as it is anyway.
+fn output_cap(body: &[u8]) -> u64 {
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"_tokens\""));
+    for at in FINDER.find_iter(body) {
+        let head = &body[..at];
+        let named = [&b"\"max"[..], b"\"max_completion", b"\"max_output"]
+            .iter()
+            .any(|n| head.ends_with(n));
+        if !named {
+            continue;
+        }
+        let rest = &body[at + 8..];
+        let rest = rest.trim_ascii_start();
+        let Some(rest) = rest.strip_prefix(b":") else {
+            continue;
+        };
+        let rest = rest.trim_ascii_start();
+        let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+        if let Some(n) = std::str::from_utf8(&rest[..digits])
+            .ok()
+            .and_then(|d| d.parse().ok())
+        {
+            return n;
+        }
+    }
+    0
 }
 
 /// Nanodollars to whole microdollars, rounded up (what a budget is charged).
@@ -281,6 +304,22 @@ mod tests {
             Admit::Now(r) => r,
             Admit::Wait => panic!("no store, no wait"),
         }
+    }
+
+    #[test]
+    fn the_output_cap_is_found_without_a_walk() {
+        assert_eq!(output_cap(br#"{"model":"m","max_tokens": 16}"#), 16);
+        assert_eq!(output_cap(br#"{"max_completion_tokens":7,"model":"m"}"#), 7);
+        assert_eq!(
+            output_cap(br#"{"input":"x","max_output_tokens" :300}"#),
+            300
+        );
+        assert_eq!(
+            output_cap(br#"{"messages":[{"content":"\"max_tokens\": 9"}],"model":"m"}"#),
+            0,
+            "inside a string"
+        );
+        assert_eq!(output_cap(br#"{"prompt_tokens":5}"#), 0);
     }
 
     #[test]

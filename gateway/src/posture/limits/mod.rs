@@ -64,7 +64,7 @@ mod shared;
 mod state;
 pub mod store;
 
-use std::collections::HashMap;
+use crate::routing::AliasMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -88,8 +88,8 @@ pub use response::Rejection;
 /// All policies; immutable apart from the atomics, rebuilt on reload.
 #[derive(Debug, Default)]
 pub struct Limits {
-    keys: HashMap<String, Arc<PolicyState>>,
-    models: HashMap<String, Arc<PolicyState>>,
+    keys: AliasMap<Arc<PolicyState>>,
+    models: AliasMap<Arc<PolicyState>>,
     headers_on_success: bool,
     /// The store the policies are shared through, if any.
     store: Option<Arc<Store>>,
