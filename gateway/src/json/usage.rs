@@ -99,8 +99,10 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
 /// Messages) string of a body or an event, as written (escapes kept): a sampled request's
 /// `gen_ai.response.finish_reasons` (`posture/traces.rs`). `null` and other values are not one.
 pub fn finish_reason(body: &[u8]) -> Option<&[u8]> {
-    for key in [&b"\"finish_reason\":"[..], b"\"stop_reason\":"] {
-        let Some(pos) = memchr::memmem::rfind(body, key) else {
+    // Anchored on the `_` of each key (`rfind_key`): a searcher built per call cost more than
+    // the search.
+    for (key, anchor) in [(&b"\"finish_reason\":"[..], 7), (b"\"stop_reason\":", 5)] {
+        let Some(pos) = rfind_key(body, key, anchor) else {
             continue;
         };
         let mut p = Scan {

@@ -477,11 +477,32 @@ mod encode {
 
     /// `KeyValue { key = 1; AnyValue value = 2 }` as attribute `field` (9 on a span, 1 on a
     /// resource).
+    /// A string or integer value's lengths are known up front, so they are written straight
+    /// (most of a span's bytes are these); a list goes through [`message`].
     fn attr(out: &mut Vec<u8>, field: u32, key: &str, value: Val<'_>) {
-        message(out, field, |kv| {
-            bytes(kv, 1, key.as_bytes());
-            message(kv, 2, |v| any(v, value));
-        });
+        let any_len = match value {
+            Val::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
+            Val::Int(n) => 1 + varint_len(n as u64),
+            Val::Strs(_) => {
+                return message(out, field, |kv| {
+                    bytes(kv, 1, key.as_bytes());
+                    message(kv, 2, |v| any(v, value));
+                })
+            }
+        };
+        let kv_len =
+            1 + varint_len(key.len() as u64) + key.len() + 1 + varint_len(any_len as u64) + any_len;
+        out.reserve(kv_len + 2);
+        tag(out, field, LEN);
+        varint(out, kv_len as u64);
+        bytes(out, 1, key.as_bytes());
+        tag(out, 2, LEN);
+        varint(out, any_len as u64);
+        any(out, value);
+    }
+
+    fn varint_len(v: u64) -> usize {
+        (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
     }
 
     enum Val<'a> {
