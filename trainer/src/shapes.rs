@@ -42,6 +42,8 @@ pub const POSTURES: &[&str] = &[
     "keys",
     "multi-deployment",
     "shared-limits",
+    "budgets",
+    "traced",
 ];
 
 /// A shape with its payload read.

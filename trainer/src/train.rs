@@ -279,7 +279,26 @@ pub fn gateway_config(
     if shape.posture == "rate-limited" || shape.posture == "shared-limits" {
         with_unreached_limits(&mut cfg, &shape.model);
     }
+    if shape.posture == "budgets" {
+        with_unreached_budget(&mut cfg, &shape.model);
+    }
+    if shape.posture == "traced" {
+        // Every request sampled; nothing listens at the endpoint, so the exports fail off the
+        // request path (counted), which is all training needs of them.
+        cfg["tracing"] = serde_json::json!({
+            "endpoint": "http://127.0.0.1:9/v1/traces", "sample_ratio": 1.0
+        });
+    }
     cfg
+}
+
+/// The `budgets` posture: the shape's alias priced, with a spend budget far above what training
+/// sends, so every request reserves and settles its cost without ever being refused.
+pub fn with_unreached_budget(cfg: &mut serde_json::Value, model: &str) {
+    cfg["models"][model]["price"] =
+        serde_json::json!({ "input": 2.5, "output": 10, "cached_input": 1.25 });
+    cfg["budgets"] =
+        serde_json::json!({ "models": { model: { "usd": 1_000_000_000, "period": "day" } } });
 }
 
 /// The `keys` posture: one caller key ([`CALLER_KEY`]), which every request must present.

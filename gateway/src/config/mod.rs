@@ -22,6 +22,8 @@ use crate::posture::limits::store::Store;
 use crate::posture::limits::{Limits, StoreSource};
 use crate::posture::metrics::exposition::MetricsConfig;
 use crate::posture::metrics::{ModelLabels, UpstreamLabels};
+use crate::posture::spend::Budgets;
+use crate::posture::traces::TracingConfig;
 use crate::routing::{AliasMap, Policy, Route};
 
 /// The immutable view of the configuration that requests run against.
@@ -41,6 +43,10 @@ pub struct Snapshot {
     pub keys: Keys,
     /// Rate-limit policies and their live counters.
     pub limits: Limits,
+    /// Spend budgets (`budgets`), shared through the limits' store.
+    pub budgets: Budgets,
+    /// `spend.cost_header`: a buffered priced answer carries `x-gateway-cost-usd`.
+    pub cost_header: bool,
     /// Alias → `model` metric label.
     pub metric_models: ModelLabels,
     /// Retries, retry budget and cooldown of aliases with several deployments.
@@ -64,6 +70,8 @@ pub struct Startup {
     pub header_timeout: Duration,
     pub metrics: Option<MetricsConfig>,
     pub access_log: AccessLogConfig,
+    /// OpenTelemetry traces (`tracing`), off when absent.
+    pub tracing: Option<TracingConfig>,
     /// TLS for https upstreams (built-in roots plus `upstream_ca_files`).
     pub upstream_tls: Arc<rustls::ClientConfig>,
     /// The shared quota store (`limits.store`), started once by the assembly for serving; a
@@ -95,6 +103,9 @@ const KNOWN_TOP: &[&str] = &[
     "metrics",
     "access_log",
     "routing",
+    "budgets",
+    "tracing",
+    "spend",
 ];
 
 /// Reads and assembles the file at `path`; `store` says what becomes of its `limits.store`.
@@ -204,6 +215,9 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     let keys = Keys::from_config(c, top.get("keys"));
     let aliases: Vec<&str> = routes.keys().map(String::as_str).collect();
     let limits = Limits::from_config(c, top.get("limits"), &keys.ids(), &aliases, store);
+    let budgets =
+        Budgets::from_config(c, top.get("budgets"), &keys.ids(), &aliases, limits.store());
+    let cost_header = crate::posture::spend::cost_header(c, top.get("spend"));
     let metric_models = ModelLabels::new(aliases.iter().copied());
     // Every route of one configuration points into the same table of upstreams.
     let metric_upstreams = match routes.values().next() {
@@ -212,6 +226,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     };
     let metrics = MetricsConfig::from_config(c, top.get("metrics"));
     let access_log = AccessLogConfig::from_config(c, top.get("access_log"));
+    let tracing = TracingConfig::from_config(c, top.get("tracing"));
 
     let addr = addr?;
     let upstream_tls = upstream_tls?;
@@ -226,6 +241,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
             header_timeout: Duration::from_millis(header_ms),
             metrics,
             access_log,
+            tracing,
             upstream_tls,
             store: limits.store().cloned(),
         },
@@ -238,6 +254,8 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
             max_header_bytes,
             keys,
             limits,
+            budgets,
+            cost_header,
             metric_models,
             routing,
             metric_upstreams,

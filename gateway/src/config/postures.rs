@@ -39,6 +39,16 @@ pub const POSTURES: &[Posture] = &[
         enabled: |c| c.snapshot.limits.store_configured(),
     },
     Posture {
+        name: "budgets",
+        what: "spend budgets: a request to a priced alias reserves its most cost against its key's and alias's budgets and settles its real cost",
+        enabled: |c| !c.snapshot.budgets.is_empty(),
+    },
+    Posture {
+        name: "traces",
+        what: "OpenTelemetry traces (tracing): every request is sampled or not, a sampled one records its spans and every attempt carries traceparent",
+        enabled: |c| c.startup.tracing.is_some(),
+    },
+    Posture {
         name: "access-log",
         what: "the access log (on unless disabled): every request writes its JSON line",
         enabled: |c| c.startup.access_log.enabled,

@@ -24,6 +24,9 @@ pub struct BodyHead<'a> {
     pub stream: bool,
     /// Byte range of the model's JSON string literal within the body.
     pub model_span: (usize, usize),
+    /// Byte range of the `stream_options` value, if the body has one (`dialect/stream_usage.rs`
+    /// reads it: the native chat stream asks its upstream for usage).
+    pub stream_options: Option<(usize, usize)>,
 }
 
 fn not_utf8(e: std::str::Utf8Error) -> GwError {
@@ -43,20 +46,24 @@ pub fn parse_body_head(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
     // The scan skips the bytes of strings it does not decode, and the native route forwards them
     // as they are: validate the whole body once (std's ASCII fast path).
     let text = std::str::from_utf8(body).map_err(not_utf8)?;
-    let [model, stream] = json::scan_object(body, ["model", "stream"]).map_err(|e| match e {
-        ScanError::Syntax { what, at } => {
-            GwError::bad_request(format!("invalid JSON body: expected {what} at byte {at}"))
-        }
-        ScanError::TooDeep => {
-            GwError::bad_request(format!("request body nests deeper than {MAX_DEPTH} levels"))
-        }
-        ScanError::Duplicate(0) => {
-            GwError::bad_request("invalid JSON body: duplicate field `model`")
-        }
-        ScanError::Duplicate(_) => {
-            GwError::bad_request("invalid JSON body: duplicate field `stream`")
-        }
-    })?;
+    let [model, stream, stream_options] =
+        json::scan_object(body, ["model", "stream", "stream_options"]).map_err(|e| match e {
+            ScanError::Syntax { what, at } => {
+                GwError::bad_request(format!("invalid JSON body: expected {what} at byte {at}"))
+            }
+            ScanError::TooDeep => {
+                GwError::bad_request(format!("request body nests deeper than {MAX_DEPTH} levels"))
+            }
+            ScanError::Duplicate(0) => {
+                GwError::bad_request("invalid JSON body: duplicate field `model`")
+            }
+            ScanError::Duplicate(1) => {
+                GwError::bad_request("invalid JSON body: duplicate field `stream`")
+            }
+            ScanError::Duplicate(_) => {
+                GwError::bad_request("invalid JSON body: duplicate field `stream_options`")
+            }
+        })?;
     let stream = match stream.map(|(s, e)| &body[s..e]) {
         None | Some(b"null") | Some(b"false") => false,
         Some(b"true") => true,
@@ -84,6 +91,7 @@ pub fn parse_body_head(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
         model,
         stream,
         model_span: (start, end),
+        stream_options,
     })
 }
 
@@ -96,6 +104,8 @@ struct RawHead<'a> {
     model: Option<&'a RawValue>,
     #[serde(default)]
     stream: Option<bool>,
+    #[serde(borrow, default)]
+    stream_options: Option<&'a RawValue>,
 }
 
 /// Rejects nesting deeper than the translated routes accept (serde_json skips ignored values
@@ -148,10 +158,15 @@ pub fn parse_body_head_with_serde(body: &[u8]) -> Result<BodyHead<'_>, GwError> 
         .map_err(|_| model_error("`model` must be a string"))?;
     let start = model_raw.get().as_ptr() as usize - body.as_ptr() as usize;
     let end = start + model_raw.get().len();
+    let stream_options = raw.stream_options.map(|v| {
+        let s = v.get().as_ptr() as usize - body.as_ptr() as usize;
+        (s, s + v.get().len())
+    });
     Ok(BodyHead {
         model,
         stream: raw.stream.unwrap_or(false),
         model_span: (start, end),
+        stream_options,
     })
 }
 

@@ -62,6 +62,7 @@ impl GwError {
             400 | 404 | 405 | 408 | 409 | 413 | 415 | 422 => "invalid_request_error",
             401 => "authentication_error",
             403 => "permission_error",
+            429 if self.code == Some("insufficient_quota") => "insufficient_quota",
             429 => "rate_limit_error",
             504 => "timeout_error",
             _ => "api_error",

@@ -6,7 +6,8 @@
 //! - [`neutral`]: the neutral form; [`decode`] and [`encode`]: helpers the dialect modules share.
 //! - [`translate`]: pairs a client dialect with an upstream dialect through the neutral form.
 //! - [`native`]: the stream of a route whose upstream speaks the client's own dialect;
-//!   [`body_head`]: the native route's minimal parse of a request body (`model`, `stream`).
+//!   [`body_head`]: the native route's minimal parse of a request body (`model`, `stream`);
+//!   [`stream_usage`]: the native chat stream's request for usage and the chunk it drops.
 //! - [`transform`]: what a stream translation is; [`error`]: the error every layer returns, in
 //!   each dialect's shape.
 //!
@@ -22,6 +23,7 @@ pub mod messages;
 pub mod native;
 pub mod neutral;
 pub mod responses;
+pub mod stream_usage;
 pub mod transform;
 pub mod translate;
 

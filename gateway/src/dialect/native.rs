@@ -27,6 +27,8 @@ pub struct NativeStream {
     to: bytes::Bytes,
     events: u64,
     finished: bool,
+    /// Chat: the client did not ask for usage, the gateway did; its chunk is dropped.
+    pub drop_usage: bool,
 }
 
 impl NativeStream {
@@ -37,6 +39,7 @@ impl NativeStream {
             to: alias_json,
             events: 0,
             finished: false,
+            drop_usage: false,
         }
     }
 }
@@ -49,6 +52,9 @@ impl StreamTransform for NativeStream {
         if self.dialect == Dialect::Chat && ev.is_done_marker() {
             self.finished = true;
             out.extend_from_slice(b"data: [DONE]\n\n");
+            return Ok(());
+        }
+        if self.drop_usage && crate::dialect::stream_usage::is_usage_chunk(&ev.data) {
             return Ok(());
         }
         // Every frame is checked to be JSON (a broken frame must not reach the client as if it

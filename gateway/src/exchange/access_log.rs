@@ -307,6 +307,14 @@ pub(super) fn write_line(
         }
         None => out.extend_from_slice(b",\"tokens_out\":null"),
     }
+    if let Some(c) = i.usage.cached {
+        out.extend_from_slice(b",\"tokens_cached\":");
+        json::write_u64(out, c);
+    }
+    if let Some(nano) = i.cost {
+        out.extend_from_slice(b",\"cost_usd\":");
+        crate::provider::price::write_usd(out, nano);
+    }
     out.extend_from_slice(b",\"key_id\":");
     match &i.key_id {
         Some(k) => json::write_str(out, k),
@@ -317,6 +325,11 @@ pub(super) fn write_line(
         out.extend_from_slice(r.scope.as_str().as_bytes());
         out.push(b':');
         out.extend_from_slice(r.kind.as_str().as_bytes());
+        out.push(b'"');
+    }
+    if let Some(scope) = i.over_budget {
+        out.extend_from_slice(b",\"over_budget\":\"");
+        out.extend_from_slice(scope.as_str().as_bytes());
         out.push(b'"');
     }
     if let Some(e) = &i.error {

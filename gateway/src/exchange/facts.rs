@@ -10,8 +10,9 @@ use http::HeaderValue;
 
 use crate::dialect::Dialect;
 use crate::json::usage::Usage;
-use crate::posture::limits::{Admission, Rejection};
+use crate::posture::limits::{Admission, Rejection, Scope};
 use crate::posture::metrics::AttemptOutcome;
+use crate::posture::traces::Trace;
 use crate::routing::health::Lease;
 use crate::routing::Route;
 
@@ -33,6 +34,10 @@ pub(super) struct Facts {
     pub(super) first_token: Option<Instant>,
     pub(super) usage: Usage,
     pub(super) admission: Option<Admission>,
+    /// The spend budgets' admission (its reservation), settled with the cost at the end.
+    pub(super) budget: Option<Admission>,
+    /// Refused by a spend budget.
+    pub(super) over_budget: Option<Scope>,
     pub(super) rejected: Option<Rejection>,
     pub(super) error: Option<String>,
     pub(super) stream_error: Option<String>,
@@ -45,5 +50,10 @@ pub(super) struct Facts {
     pub(super) failed: Vec<(u8, AttemptOutcome, u16)>,
     /// The serving attempt's place in flight on its upstream, held until the request ends.
     pub(super) lease: Option<Lease>,
+    /// What it cost in nanodollars, when its deployment has a price (set when it finishes, or
+    /// when a buffered answer's header is written).
+    pub(super) cost: Option<u64>,
+    /// A sampled request's trace (`posture/traces.rs`).
+    pub(super) trace: Option<Box<Trace>>,
     pub(super) finished: bool,
 }

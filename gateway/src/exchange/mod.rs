@@ -28,14 +28,37 @@ use crate::json::usage::{scan_usage, Usage};
 use crate::posture::auth::Caller;
 use crate::posture::limits::{Admission, Kind, Rejection, Scope};
 use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
+use crate::posture::spend;
+use crate::posture::traces;
+use crate::provider::price::{nano, usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
+
+/// The cost of a priced answer that is not streamed, in US dollars (`0.000125000`), with
+/// `spend.cost_header`; a stream's cost is known only at its end, after its headers: it is in
+/// the access log and the metrics.
+pub static X_GATEWAY_COST: HeaderName = HeaderName::from_static("x-gateway-cost-usd");
+
+/// What the request cost, in nanodollars, when its deployment has a price (`None` otherwise, and
+/// before any attempt).
+fn cost(i: &Facts) -> Option<u64> {
+    let d = i
+        .target
+        .as_ref()?
+        .deployments
+        .get(usize::from(i.deployment?))?;
+    Some(nano(d.price?.cost(&i.usage)))
+}
 
 /// One proxied request. See the module docs for the call sequence.
 pub struct Record {
     request_id: HeaderValue,
     /// `x-ratelimit-*` of the admitting policy, for the response (empty without rate policies).
     ratelimit_headers: Vec<(HeaderName, HeaderValue)>,
+    /// The client's `traceparent` of a request that traces did not sample, passed on upstream.
+    client_traceparent: Option<HeaderValue>,
+    /// `spend.cost_header`: a buffered priced answer carries its cost.
+    cost_header: bool,
     inner: Option<Facts>,
 }
 
@@ -48,6 +71,8 @@ impl Record {
         Record {
             request_id: request_id.clone(),
             ratelimit_headers: Vec::new(),
+            client_traceparent: None,
+            cost_header: false,
             inner: Some(Facts {
                 t0: Instant::now(),
                 start_wall: SystemTime::now(),
@@ -64,6 +89,8 @@ impl Record {
                 first_token: None,
                 usage: Usage::default(),
                 admission: None,
+                budget: None,
+                over_budget: None,
                 rejected: None,
                 error: None,
                 stream_error: None,
@@ -72,6 +99,8 @@ impl Record {
                 attempts: 0,
                 failed: Vec::new(),
                 lease: None,
+                cost: None,
+                trace: None,
                 finished: false,
             }),
         }
@@ -128,22 +157,63 @@ impl Record {
         e
     }
 
+    /// The spend budgets' admission: settled with the request's cost when it finishes.
+    pub fn set_budget(&mut self, a: Admission) {
+        self.with(|i| i.budget = Some(a));
+    }
+
+    /// A spend budget's refusal: returns the client's error (429, or the store's 503).
+    pub fn over_budget(&mut self, r: &Rejection) -> GwError {
+        if !r.is_unavailable() {
+            let scope = r.scope;
+            self.with(|i| i.over_budget = Some(scope));
+        }
+        spend::refusal(r)
+    }
+
+    /// `spend.cost_header` is on: a buffered priced answer carries `x-gateway-cost-usd`.
+    pub fn send_cost_header(&mut self) {
+        self.cost_header = true;
+    }
+
+    /// With traces on: the sampling decision, from the client's `traceparent` (kept to pass on
+    /// upstream when the request is not sampled).
+    pub fn trace(&mut self, traceparent: Option<&HeaderValue>) {
+        let t = traces::start(traceparent);
+        if t.is_none() {
+            self.client_traceparent = traceparent.cloned();
+        }
+        self.with(|i| i.trace = t);
+    }
+
     /// Just before an upstream request is sent (`now`), to the route's deployment at
-    /// `deployment`. The upstream time runs from the first attempt.
-    pub fn upstream_start(&mut self, deployment: usize, now: Instant) {
-        self.with(|i| {
-            if i.upstream_start.is_none() {
-                i.upstream_start = Some(now);
+    /// `deployment`. The upstream time runs from the first attempt. Returns the `traceparent`
+    /// the request carries upstream, if any (traces on).
+    pub fn upstream_start(&mut self, deployment: usize, now: Instant) -> Option<HeaderValue> {
+        let i = self.inner.as_mut()?;
+        if i.upstream_start.is_none() {
+            i.upstream_start = Some(now);
+        }
+        i.deployment = Some(deployment as u8);
+        i.attempts = i.attempts.saturating_add(1);
+        match &mut i.trace {
+            Some(t) => {
+                let span = t.attempt(deployment, now.saturating_duration_since(i.t0));
+                Some(traces::traceparent(&t.trace_id, &span))
             }
-            i.deployment = Some(deployment as u8);
-            i.attempts = i.attempts.saturating_add(1);
-        });
+            None => self.client_traceparent.clone(),
+        }
     }
 
     /// The attempt on `deployment` failed (`status` 0 when there was no answer) and the request
     /// goes on to another deployment.
     pub fn attempt_failed(&mut self, deployment: usize, outcome: AttemptOutcome, status: u16) {
-        self.with(|i| i.failed.push((deployment as u8, outcome, status)));
+        self.with(|i| {
+            i.failed.push((deployment as u8, outcome, status));
+            if let Some(t) = &mut i.trace {
+                t.attempt_failed(outcome.as_str(), i.t0.elapsed());
+            }
+        });
     }
 
     /// The request parts translation dropped for this attempt (comma separated), for the line.
@@ -170,6 +240,11 @@ impl Record {
         if let Some(u) = scan_usage(body) {
             self.with(|i| i.usage.merge(u));
         }
+        self.with(|i| {
+            if let Some(t) = &mut i.trace {
+                t.saw(body);
+            }
+        });
     }
 
     /// An error message for the log line (keep it free of secrets: upstream credentials never
@@ -179,8 +254,8 @@ impl Record {
         self.with(|i| i.error = Some(m));
     }
 
-    /// The end of the request path: sets `x-request-id` (and the 429 headers), records the status,
-    /// and finishes the record unless a stream took it over.
+    /// The end of the request path: sets `x-request-id` (and the 429 headers, and the cost of a
+    /// priced answer), records the status, and finishes the record unless a stream took it over.
     pub fn respond(&mut self, mut resp: GwResponse) -> GwResponse {
         let h = resp.headers_mut();
         h.insert(X_REQUEST_ID.clone(), self.request_id.clone());
@@ -190,6 +265,12 @@ impl Record {
         if let Some(i) = self.inner.as_mut() {
             if let Some(r) = &i.rejected {
                 r.apply_headers(h);
+            }
+            if let (true, Some(nano)) = (self.cost_header, cost(i)) {
+                i.cost = Some(nano);
+                let mut buf = [0; 32];
+                let v = crate::http::arena::visible_ascii(usd(&mut buf, nano));
+                h.insert(X_GATEWAY_COST.clone(), v);
             }
             i.status = resp.status().as_u16();
             if i.upstream_start.is_some() && i.upstream_end.is_none() {
@@ -231,6 +312,22 @@ fn finish(i: &mut Facts) {
     let first_token = i.first_token.map(|t| t - i.t0);
     let tokens_in = i.usage.input.unwrap_or(0);
     let tokens_out = i.usage.output.unwrap_or(0);
+    if i.cost.is_none() {
+        i.cost = cost(i);
+    }
+    if let Some(nano) = i.cost {
+        metrics::spend(i.key_id.as_ref(), i.model_label, nano);
+    }
+    if let Some(mut b) = i.budget.take() {
+        // The real cost when the usage is known; a failed request gives its reservation back;
+        // a request that ended without usage (a stream cut short) keeps it.
+        let known = i.usage.input.is_some() || i.usage.output.is_some();
+        match i.cost {
+            Some(nano) if known => b.settle(spend::micro_of_nano(nano)),
+            _ if !(200..300).contains(&i.status) => b.settle(0),
+            _ => {}
+        }
+    }
     if let Some(mut a) = i.admission.take() {
         if i.usage.input.is_some() || i.usage.output.is_some() {
             a.settle(tokens_in + tokens_out);
@@ -247,10 +344,45 @@ fn finish(i: &mut Facts) {
         first_token,
         tokens_in,
         tokens_out,
+        tokens_cached: i.usage.cached.unwrap_or(0),
         rejected,
     });
     metrics::inflight_add(i.route, -1);
+    if let Some(trace) = i.trace.take() {
+        finish_trace(i, trace, duration);
+    }
     access_log::write(i, duration, upstream, first_token);
+}
+
+/// A sampled request's spans, to the exporter.
+#[cold]
+fn finish_trace(i: &Facts, trace: Box<traces::Trace>, duration: std::time::Duration) {
+    let error = if let Some(e) = &i.stream_error {
+        Some(
+            if e == "client disconnected" {
+                "client_disconnected"
+            } else {
+                "stream_error"
+            }
+            .to_string(),
+        )
+    } else if i.status >= 400 {
+        Some(i.status.to_string())
+    } else {
+        None
+    };
+    traces::finish(traces::Finished {
+        trace,
+        start: i.start_wall,
+        duration,
+        upstream_end: i.upstream_end.map(|e| e.saturating_duration_since(i.t0)),
+        operation: "chat",
+        route: i.target.clone(),
+        input_tokens: i.usage.input,
+        output_tokens: i.usage.output,
+        status: i.status,
+        error,
+    });
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ impl StreamTransform for Tracked {
                     r.usage.merge(u);
                 }
             }
+            if let Some(t) = &mut r.trace {
+                t.saw(&ev.data);
+            }
         }
         let res = self.inner.on_event(ev, out);
         if let (Err(e), Some(r)) = (&res, self.rec.as_mut()) {

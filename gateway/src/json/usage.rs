@@ -6,8 +6,14 @@ use super::string_end;
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {
+    /// Every input token, cached ones included (Anthropic's cache reads and writes are added to
+    /// its `input_tokens`, which leaves them out).
     pub input: Option<u64>,
     pub output: Option<u64>,
+    /// The input tokens read from the provider's prompt cache (a part of `input`): OpenAI's
+    /// `prompt_tokens_details.cached_tokens` / `input_tokens_details.cached_tokens`, Anthropic's
+    /// `cache_read_input_tokens`.
+    pub cached: Option<u64>,
 }
 
 impl Usage {
@@ -18,7 +24,25 @@ impl Usage {
         if o.output.is_some() {
             self.output = self.output.max(o.output);
         }
+        if o.cached.is_some() {
+            self.cached = self.cached.max(o.cached);
+        }
     }
+}
+
+/// Whether the last `"usage":` key of `body` has an object for its value (not `null`): a chat
+/// stream's usage chunk ([`crate::dialect::stream_usage`]).
+pub fn has_usage_object(body: &[u8]) -> bool {
+    let key = b"\"usage\":";
+    let Some(pos) = rfind_key(body, key, 4) else {
+        return false;
+    };
+    let mut p = Scan {
+        b: body,
+        i: pos + key.len(),
+    };
+    p.ws();
+    p.peek() == Some(b'{')
 }
 
 /// The last `"usage":{...}` object in a body or an event, in any of the three dialects
@@ -38,43 +62,59 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
     if p.peek()? != b'{' {
         return None;
     }
-    p.i += 1;
     let mut u = Usage::default();
     let mut prompt = None;
     let mut completion = None;
-    loop {
-        p.ws();
-        match p.peek()? {
-            b'}' => break,
-            b',' => {
-                p.i += 1;
-                continue;
-            }
-            b'"' => {}
-            _ => return None,
-        }
-        let name = p.string()?;
-        p.ws();
-        if p.peek()? != b':' {
-            return None;
-        }
-        p.i += 1;
-        p.ws();
+    let (mut cache_read, mut cache_write) = (None, None);
+    p.members(|name, p| {
         let slot = match name {
-            b"input_tokens" => Some(&mut u.input),
-            b"output_tokens" => Some(&mut u.output),
-            b"prompt_tokens" => Some(&mut prompt),
-            b"completion_tokens" => Some(&mut completion),
-            _ => None,
+            b"input_tokens" => &mut u.input,
+            b"output_tokens" => &mut u.output,
+            b"prompt_tokens" => &mut prompt,
+            b"completion_tokens" => &mut completion,
+            b"cache_read_input_tokens" => &mut cache_read,
+            b"cache_creation_input_tokens" => &mut cache_write,
+            b"prompt_tokens_details" | b"input_tokens_details" if p.peek()? == b'{' => {
+                return p.members(|name, p| match name {
+                    b"cached_tokens" => p.count_into(&mut u.cached),
+                    _ => p.skip_value(1),
+                });
+            }
+            _ => return p.skip_value(0),
         };
-        match slot {
-            Some(slot) if p.peek()?.is_ascii_digit() => *slot = Some(p.number()?),
-            _ => p.skip_value(0)?,
-        }
-    }
+        p.count_into(slot)
+    })?;
     u.input = u.input.or(prompt);
     u.output = u.output.or(completion);
+    // Anthropic counts cache reads and writes apart from `input_tokens`.
+    if cache_read.is_some() || cache_write.is_some() {
+        let (r, w) = (cache_read.unwrap_or(0), cache_write.unwrap_or(0));
+        u.input = Some(u.input.unwrap_or(0).saturating_add(r).saturating_add(w));
+        u.cached = cache_read.or(u.cached);
+    }
     Some(u)
+}
+
+/// The last `"finish_reason":"..."` (chat completions) or `"stop_reason":"..."` (Anthropic
+/// Messages) string of a body or an event, as written (escapes kept): a sampled request's
+/// `gen_ai.response.finish_reasons` (`posture/traces.rs`). `null` and other values are not one.
+pub fn finish_reason(body: &[u8]) -> Option<&[u8]> {
+    // Anchored on the `_` of each key (`rfind_key`): a searcher built per call cost more than
+    // the search.
+    for (key, anchor) in [(&b"\"finish_reason\":"[..], 7), (b"\"stop_reason\":", 5)] {
+        let Some(pos) = rfind_key(body, key, anchor) else {
+            continue;
+        };
+        let mut p = Scan {
+            b: body,
+            i: pos + key.len(),
+        };
+        p.ws();
+        if p.peek() == Some(b'"') {
+            return p.string();
+        }
+    }
+    None
 }
 
 /// Where the last `key` starts in `body`, looking backwards from each occurrence of its byte at
@@ -129,6 +169,43 @@ impl<'a> Scan<'a> {
         match self.peek()? {
             b'.' | b'e' | b'E' => None,
             _ => Some(n),
+        }
+    }
+    /// Walks the members of the object the cursor is on, calling `each` with each member's name
+    /// and the cursor on its value, which `each` must consume; ends past the closing brace.
+    fn members(&mut self, mut each: impl FnMut(&'a [u8], &mut Self) -> Option<()>) -> Option<()> {
+        self.i += 1;
+        loop {
+            self.ws();
+            match self.peek()? {
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                b',' => {
+                    self.i += 1;
+                    continue;
+                }
+                b'"' => {}
+                _ => return None,
+            }
+            let name = self.string()?;
+            self.ws();
+            if self.peek()? != b':' {
+                return None;
+            }
+            self.i += 1;
+            self.ws();
+            each(name, self)?;
+        }
+    }
+    /// A token count into `slot`; any other value is skipped.
+    fn count_into(&mut self, slot: &mut Option<u64>) -> Option<()> {
+        if self.peek()?.is_ascii_digit() {
+            *slot = Some(self.number()?);
+            Some(())
+        } else {
+            self.skip_value(0)
         }
     }
     /// Skips one value of any kind (nesting bounded).
@@ -224,7 +301,8 @@ mod tests {
             scan_usage(chat),
             Some(Usage {
                 input: Some(12),
-                output: Some(3)
+                output: Some(3),
+                cached: None
             })
         );
         let msg = br#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":7,"output_tokens":1}}}"#;
@@ -232,7 +310,8 @@ mod tests {
             scan_usage(msg),
             Some(Usage {
                 input: Some(7),
-                output: Some(1)
+                output: Some(1),
+                cached: None
             })
         );
         let delta = br#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage": {"output_tokens":9}}"#;
@@ -240,7 +319,8 @@ mod tests {
             scan_usage(delta),
             Some(Usage {
                 input: None,
-                output: Some(9)
+                output: Some(9),
+                cached: None
             })
         );
         let resp = br#"{"type":"response.completed","response":{"output":[],"usage":{"input_tokens":4,"output_tokens":2,"total_tokens":6}}}"#;
@@ -253,10 +333,46 @@ mod tests {
             scan_usage(nested),
             Some(Usage {
                 input: Some(19),
-                output: Some(10)
+                output: Some(10),
+                cached: Some(0)
             })
         );
         assert_eq!(scan_usage(br#"{"usage":{"input_tokens":1.5}}"#), None);
+        let details = br#"{"usage":{"input_tokens":40,"input_tokens_details":{"cached_tokens":32},"output_tokens":3}}"#;
+        assert_eq!(
+            scan_usage(details),
+            Some(Usage {
+                input: Some(40),
+                output: Some(3),
+                cached: Some(32)
+            })
+        );
+        let anthropic = br#"{"usage":{"input_tokens":5,"cache_creation_input_tokens":10,"cache_read_input_tokens":100,"output_tokens":1}}"#;
+        assert_eq!(
+            scan_usage(anthropic),
+            Some(Usage {
+                input: Some(115),
+                output: Some(1),
+                cached: Some(100)
+            })
+        );
+        assert!(has_usage_object(
+            br#"{"choices":[],"usage": {"prompt_tokens":1}}"#
+        ));
+        assert!(!has_usage_object(br#"{"choices":[],"usage":null}"#));
+        assert_eq!(
+            finish_reason(br#"{"choices":[{"finish_reason": "stop"}]}"#),
+            Some(&b"stop"[..])
+        );
+        assert_eq!(
+            finish_reason(br#"{"delta":{"stop_reason":"end_turn"},"usage":{}}"#),
+            Some(&b"end_turn"[..])
+        );
+        assert_eq!(
+            finish_reason(br#"{"choices":[{"finish_reason":null}]}"#),
+            None
+        );
+        assert!(!has_usage_object(br#"{"choices":[]}"#));
         assert_eq!(
             scan_usage(br#"{"usage":{"input_tokens":99999999999999999999999}}"#),
             None

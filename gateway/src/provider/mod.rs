@@ -1,8 +1,10 @@
 //! Upstream providers: the `providers` config section ([`upstream`]), which dialects each kind
-//! speaks, and the request each expects ([`openai`], [`anthropic`]).
+//! speaks, and the request each expects ([`openai`], [`anthropic`]); a deployment's price and
+//! what a request costs at it ([`price`]).
 
 pub mod anthropic;
 pub mod openai;
+pub mod price;
 pub mod upstream;
 
 use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};

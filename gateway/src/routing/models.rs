@@ -18,6 +18,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::checker::Checker;
+use crate::provider::price::Price;
 use crate::provider::upstream::Provider;
 use crate::routing::alias_hash::AliasMap;
 use crate::routing::policy::MAX_ATTEMPTS;
@@ -36,6 +37,7 @@ struct Written {
     model: String,
     weight: u32,
     priority: u32,
+    price: Option<Price>,
 }
 
 /// The `models` section: every alias whose entry passes its checks and names known providers.
@@ -84,10 +86,16 @@ pub fn section(
         upstreams,
         choices,
     });
+    let written = laid_out
+        .iter()
+        .flat_map(|(a, _, ds, _)| ds.iter().map(move |d| (a.as_str(), &d.0)));
+    unpriced_warning(c, written);
     for (alias, strategy, deployments, drop) in laid_out {
         let deployments = deployments
             .into_iter()
             .map(|(w, upstream, choice)| Deployment {
+                upstream_json_usage: with_usage(&w.model),
+                price: w.price,
                 upstream_json: json_string(&w.model),
                 provider_json: json_string(&w.provider.name),
                 upstream_model: w.model,
@@ -216,12 +224,17 @@ fn deployment(
     listed: bool,
 ) -> Option<Written> {
     if listed {
-        c.warn_unknown(o, path, &["provider", "model", "weight", "priority"]);
+        c.warn_unknown(
+            o,
+            path,
+            &["provider", "model", "weight", "priority", "price"],
+        );
     }
     let prov = c.string(o, "provider", path);
     let model = c.string(o, "model", path);
     let weight = bounded(c, o, "weight", path, 1, 1, MAX_WEIGHT);
     let priority = bounded(c, o, "priority", path, 0, 0, MAX_PRIORITY);
+    let price = Price::from_config(c, o, path);
     let provider = match prov {
         Some(p) => match providers.get(p) {
             Some(p) => Some(p.clone()),
@@ -247,7 +260,35 @@ fn deployment(
         model: model?.to_owned(),
         weight: weight? as u32,
         priority: priority? as u32,
+        price,
     })
+}
+
+/// The upstream model's literal with the chat stream's request for usage after it.
+fn with_usage(model: &str) -> Bytes {
+    let mut v = json_string(model).to_vec();
+    v.extend_from_slice(crate::dialect::stream_usage::INSERTED);
+    Bytes::from(v)
+}
+
+/// Once at load, when some deployments have a price and others not: the ones without cost
+/// nothing (their requests count no spend and no budget). Without any price, spend is off and
+/// nothing is said.
+fn unpriced_warning<'a>(
+    c: &mut Checker,
+    all: impl Iterator<Item = (&'a str, &'a Written)> + Clone,
+) {
+    let unpriced: Vec<String> = all
+        .clone()
+        .filter(|(_, w)| w.price.is_none())
+        .map(|(a, w)| format!("{a} ({}/{})", w.provider.name, w.model))
+        .collect();
+    if !unpriced.is_empty() && all.clone().any(|(_, w)| w.price.is_some()) {
+        c.warnings.push(format!(
+            "$.models: no price for {}: their requests cost nothing",
+            unpriced.join(", ")
+        ));
+    }
 }
 
 /// An optional integer field within `min..=max`, `default` when absent.

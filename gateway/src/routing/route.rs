@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::provider::price::Price;
 use crate::provider::upstream::Provider;
 
 /// How a deployment is chosen among the healthy ones of the best priority.
@@ -23,6 +24,11 @@ pub struct Deployment {
     pub upstream_model: String,
     /// The upstream model as a JSON string literal, spliced into native request bodies.
     pub upstream_json: Bytes,
+    /// `upstream_json` followed by `,"stream_options":{"include_usage":true}`: spliced in its
+    /// place when a native chat stream asks for usage (`dialect/stream_usage.rs`).
+    pub upstream_json_usage: Bytes,
+    /// What its tokens cost; `None`: nothing (`provider/price.rs`).
+    pub price: Option<Price>,
     /// The provider's name as a JSON string literal, for the access log.
     pub provider_json: Bytes,
     /// Share of the traffic among deployments of the same priority.

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::config::Snapshot;
 use crate::dialect::error::GwError;
 use crate::dialect::native::NativeStream;
+use crate::dialect::stream_usage::{self, AskUsage};
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::translate::{self, Translation};
 use crate::dialect::Dialect;
@@ -32,6 +33,7 @@ use crate::http::stream::SseBody;
 use crate::json;
 use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
 use crate::posture::metrics::{self, AttemptOutcome};
+use crate::posture::traces::TRACEPARENT;
 use crate::provider;
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
@@ -50,6 +52,9 @@ pub struct Call<'a> {
     pub body: &'a Bytes,
     /// Where the body's `model` value is (the native route replaces just that).
     pub model_span: (usize, usize),
+    /// Where the body's `stream_options` value is, if it has one (a native chat stream asks its
+    /// upstream for usage).
+    pub stream_options: Option<(usize, usize)>,
     pub stream: bool,
     pub route: &'a Route,
     /// A header map for the next attempt's request (the client request's, emptied): taken by the
@@ -72,6 +77,8 @@ struct Prepared {
     dialect: Dialect,
     /// `None` on the native route.
     translation: Option<Translation>,
+    /// A native chat stream whose usage chunk the gateway asked for and the client did not.
+    drop_usage: bool,
 }
 
 /// Serves the request from the route's deployments. An alias with one deployment makes exactly
@@ -140,7 +147,12 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
     let d = &c.route.deployments[i];
     let up_dialect = provider::upstream_dialect(c.dialect, d.provider.kind);
     let native = up_dialect == c.dialect;
-    let (body, translation) = if native {
+    let mut drop_usage = false;
+    let (body, translation) = if native && c.stream && c.dialect == Dialect::Chat {
+        let (b, drop) = asking_usage(c, &d.upstream_json, &d.upstream_json_usage);
+        drop_usage = drop;
+        (b, None)
+    } else if native {
         let b = UpBody::replacing(c.body, c.model_span, &d.upstream_json);
         #[cfg(feature = "bench-dom-native")]
         let b = dom_rewrite(c.body, &d.upstream_model).unwrap_or(b);
@@ -159,7 +171,33 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
         body,
         dialect: up_dialect,
         translation,
+        drop_usage,
     })
+}
+
+/// A native chat stream's body, asking the upstream for usage (`dialect/stream_usage.rs`), and
+/// whether the client did not ask for it itself (its chunk is then dropped). Without
+/// `stream_options` (the common case) the member goes in with the model, in the one splice.
+fn asking_usage(c: &Call<'_>, model: &Bytes, model_asking: &Bytes) -> (UpBody, bool) {
+    match stream_usage::ask_usage(c.body, c.stream_options) {
+        AskUsage::Asked | AskUsage::Leave => {
+            (UpBody::replacing(c.body, c.model_span, model), false)
+        }
+        AskUsage::Insert => (UpBody::replacing(c.body, c.model_span, model_asking), true),
+        AskUsage::Edit(span, with) => {
+            let mut edits = [(c.model_span, &model[..]), (span, with)];
+            edits.sort_unstable_by_key(|((s, _), _)| *s);
+            let mut v = Vec::with_capacity(c.body.len() + model.len() + with.len());
+            let mut at = 0;
+            for ((s, e), with) in edits {
+                v.extend_from_slice(&c.body[at..s]);
+                v.extend_from_slice(with);
+                at = e;
+            }
+            v.extend_from_slice(&c.body[at..]);
+            (UpBody::one(Bytes::from(v)), true)
+        }
+    }
 }
 
 /// Sends one attempt to the route's deployment `i` and reads its answer. With a lease (a routed
@@ -186,11 +224,13 @@ async fn send(
             HeaderValue::from_str(&t.dropped).ok()
         });
     let label = c.snap.metric_upstreams.index(d.upstream);
-    let request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
+    let mut request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
     // One clock read for the deadline and the record.
     let now = std::time::Instant::now();
     let deadline = Instant::from_std(now) + c.snap.upstream_timeout;
-    rec.upstream_start(i, now);
+    if let Some(tp) = rec.upstream_start(i, now) {
+        request.headers_mut().insert(TRACEPARENT.clone(), tp);
+    }
     let (resp, conn) = match timeout_at(deadline, c.client.send(&d.provider.origin, request)).await
     {
         Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
@@ -210,7 +250,11 @@ async fn send(
             rec.hold_lease(l);
         }
         let transform: Box<dyn StreamTransform> = match p.translation {
-            None => Box::new(NativeStream::new(c.dialect, c.route.alias_json.clone())),
+            None => {
+                let mut n = NativeStream::new(c.dialect, c.route.alias_json.clone());
+                n.drop_usage = p.drop_usage;
+                Box::new(n)
+            }
             Some(t) => t.stream(&c.route.alias),
         };
         let transform = rec.track_stream(transform);

@@ -102,6 +102,9 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
     }
 
     access_log::init(&startup.access_log)?;
+    if let Some(t) = &startup.tracing {
+        crate::posture::traces::init(t)?;
+    }
     if let Some(m) = &startup.metrics {
         let a = metrics::exposition::serve(m.listen)?;
         eprintln!("metrics listening on {a}");
@@ -139,6 +142,7 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
         s.close();
     }
     access_log::flush();
+    crate::posture::traces::export_once();
     match failed {
         Some(e) => Err(e),
         None => Ok(()),

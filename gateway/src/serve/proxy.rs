@@ -16,6 +16,7 @@ use crate::exchange::Record;
 use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
 use crate::posture::limits::Admit;
+use crate::posture::traces;
 use crate::serve::attempts;
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
@@ -27,6 +28,12 @@ pub async fn handle(
 ) -> GwResponse {
     let ClientHead { request_id, checks } = ClientHead::of(&req);
     let mut rec = Record::start(dialect, request_id);
+    if snap.cost_header {
+        rec.send_cost_header();
+    }
+    if traces::enabled() {
+        rec.trace(req.headers().get(&traces::TRACEPARENT));
+    }
     let resp = match run(client, &snap, dialect, req, checks, &mut rec).await {
         Ok(r) => r,
         Err(e) => {
@@ -169,12 +176,22 @@ async fn run(
     }
     .map_err(|r| rec.rate_limited(r))?;
     rec.set_admission(admission);
+    if let Some(micro) = snap.budgets.reservation(route, &body) {
+        let (key, alias) = (caller.id.as_deref(), &route.alias);
+        let budget = match snap.budgets.admit(key, alias, micro) {
+            Admit::Now(a) => a,
+            Admit::Wait => Box::pin(snap.budgets.admit_waiting(key, alias, micro)).await,
+        }
+        .map_err(|r| rec.over_budget(&r))?;
+        rec.set_budget(budget);
+    }
     let call = attempts::Call {
         client,
         snap,
         dialect,
         body: &body,
         model_span: body_head.model_span,
+        stream_options: body_head.stream_options,
         stream,
         route,
         // The client's headers are no longer needed: their map carries the upstream request's.

@@ -81,7 +81,10 @@ pub struct RateLease {
     store: Arc<Store>,
     /// The Redis key (prefix, scope, name and kind: no secret).
     key: String,
+    /// The limit: units per window (a minute; a spend budget's period).
     per_minute: u64,
+    /// The window, microseconds (`scripts::BUCKET`'s ARGV[5]).
+    window_us: u64,
     /// Units held; below zero it is debt not yet handed to Redis.
     balance: AtomicI64,
     /// Below this the lease is refilled before it runs out.
@@ -90,6 +93,10 @@ pub struct RateLease {
     pending: AtomicBool,
     /// `now_ns` until which the store said the bucket has nothing left.
     empty_until: AtomicU64,
+    /// Units refunded while the store said the bucket was empty, owed to Redis: not the lease's
+    /// to admit with (an over-estimate's refund would otherwise admit request after request
+    /// while the shared bucket is in debt), handed over with the next call.
+    give_back: AtomicI64,
     /// Units left in Redis after its last answer (for `x-ratelimit-remaining-*`).
     left: AtomicI64,
     /// The size estimate, kept by the store's thread: when the last answer came, the balance
@@ -114,15 +121,18 @@ impl std::fmt::Debug for RateLease {
 }
 
 impl RateLease {
-    pub fn new(store: &Arc<Store>, key: String, per_minute: u64) -> Arc<RateLease> {
+    /// A lease of `per_minute` units per `window_ns` (a minute, except for a spend budget).
+    pub fn new(store: &Arc<Store>, key: String, per_minute: u64, window_ns: u64) -> Arc<RateLease> {
         Arc::new(RateLease {
             store: store.clone(),
             key,
             per_minute,
+            window_us: window_ns / 1000,
             balance: AtomicI64::new(0),
             low: AtomicI64::new(1),
             pending: AtomicBool::new(false),
             empty_until: AtomicU64::new(0),
+            give_back: AtomicI64::new(0),
             left: AtomicI64::new(per_minute as i64),
             last_answer: AtomicU64::new(0),
             balance_after: AtomicI64::new(0),
@@ -205,6 +215,14 @@ impl RateLease {
 
     /// Gives units back to the lease (a rolled-back admission, an over-estimate of tokens).
     pub fn refund(self: &Arc<Self>, n: i64) {
+        if self.empty_until.load(Ordering::Relaxed) != 0 {
+            // The shared bucket is empty: the units go back to it, not to this lease.
+            self.give_back.fetch_add(n, Ordering::Relaxed);
+            if self.store.is_up() {
+                self.call(Ask::Need(0));
+            }
+            return;
+        }
         let b = self.balance.fetch_add(n, Ordering::Relaxed) + n;
         if b > 2 * self.target.load(Ordering::Relaxed) + 1 && self.store.is_up() {
             self.call(Ask::Need(0));
@@ -228,7 +246,7 @@ impl RateLease {
 
     /// Time for one unit to come back at the policy's rate.
     fn unit_time(&self) -> Duration {
-        Duration::from_nanos(60_000_000_000 / self.per_minute.max(1))
+        Duration::from_micros(self.window_us / self.per_minute.max(1))
     }
 
     /// `(remaining, time until full)` as this replica knows them, for `x-ratelimit-*`.
@@ -285,13 +303,16 @@ impl RateLease {
                 (delta, if delta > 0 { 0 } else { want })
             }
         };
+        let back = self.give_back.swap(0, Ordering::Relaxed);
+        let delta = delta + back;
         if delta != 0 || want != 0 {
             let mut inv = BUCKET.prepare_invoke();
             inv.key(&self.key)
                 .arg(self.per_minute)
                 .arg(delta)
                 .arg(want)
-                .arg(SHARE);
+                .arg(SHARE)
+                .arg(self.window_us);
             match self.store.call(&inv).await {
                 Ok(v) if v.len() == 3 => {
                     let (grant, left, wait_us) = (v[0], v[1], v[2]);
@@ -310,7 +331,8 @@ impl RateLease {
                 }
                 // Unanswered (or malformed): what was handed over is the lease's again.
                 _ => {
-                    self.balance.fetch_add(delta, Ordering::Relaxed);
+                    self.balance.fetch_add(delta - back, Ordering::Relaxed);
+                    self.give_back.fetch_add(back, Ordering::Relaxed);
                 }
             }
         }
@@ -326,7 +348,7 @@ impl RateLease {
         }
         let b = self.balance.load(Ordering::Relaxed);
         let seen = self.seen.swap(b, Ordering::Relaxed);
-        if b < 0 {
+        if b < 0 || self.give_back.load(Ordering::Relaxed) != 0 {
             self.call(Ask::Need(0));
         } else if b > 0 && b == seen {
             self.call(Ask::Release);
@@ -337,16 +359,21 @@ impl RateLease {
 impl Drop for RateLease {
     /// A reload or the shutdown dropped the policy: what the lease holds (or owes) goes back.
     fn drop(&mut self) {
-        let b = *self.balance.get_mut();
+        let b = *self.balance.get_mut() + *self.give_back.get_mut();
         if b == 0 {
             return;
         }
         let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
-        let per_minute = self.per_minute;
+        let (per_minute, window_us) = (self.per_minute, self.window_us);
         self.store.spawn(async move {
             let mut inv = BUCKET.prepare_invoke();
-            inv.key(&key).arg(per_minute).arg(b).arg(0).arg(SHARE);
+            inv.key(&key)
+                .arg(per_minute)
+                .arg(b)
+                .arg(0)
+                .arg(SHARE)
+                .arg(window_us);
             let _ = store.call(&inv).await;
         });
     }

@@ -17,16 +17,24 @@ pub(super) struct Gcra {
     tat: AtomicU64,
     /// Nanoseconds per unit (request or token).
     pub(super) interval: u64,
+    /// The burst tolerance: a minute, or a spend budget's period.
+    window: u64,
     /// The configured per-minute limit as a header value, built once.
     pub(super) limit_value: HeaderValue,
 }
 
 impl Gcra {
     pub(super) fn new(per_minute: u64) -> Self {
+        Gcra::with_window(per_minute, WINDOW_NS)
+    }
+
+    /// `limit` units per `window` nanoseconds (a spend budget: microdollars per period).
+    pub(super) fn with_window(limit: u64, window: u64) -> Self {
         Gcra {
             tat: AtomicU64::new(0),
-            interval: (WINDOW_NS / per_minute).max(1),
-            limit_value: HeaderValue::from(per_minute),
+            interval: (window / limit).max(1),
+            window,
+            limit_value: HeaderValue::from(limit),
         }
     }
 
@@ -36,8 +44,8 @@ impl Gcra {
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
             let new = tat.max(now).saturating_add(cost);
-            if new - now > WINDOW_NS {
-                return Err(new - now - WINDOW_NS);
+            if new - now > self.window {
+                return Err(new - now - self.window);
             }
             match self
                 .tat
@@ -53,8 +61,8 @@ impl Gcra {
     pub(super) fn check(&self, now: u64) -> Result<(), u64> {
         let tat = self.tat.load(Ordering::Relaxed);
         let debt = tat.saturating_sub(now);
-        if debt + self.interval > WINDOW_NS {
-            Err(debt + self.interval - WINDOW_NS)
+        if debt + self.interval > self.window {
+            Err(debt + self.interval - self.window)
         } else {
             Ok(())
         }
@@ -88,7 +96,7 @@ impl Gcra {
 
     pub(super) fn remaining(&self, now: u64) -> u64 {
         let debt = self.tat.load(Ordering::Relaxed).saturating_sub(now);
-        WINDOW_NS.saturating_sub(debt) / self.interval
+        self.window.saturating_sub(debt) / self.interval
     }
 
     /// Time until the bucket is full again.
@@ -110,7 +118,9 @@ impl Local {
     pub(super) fn new(p: &Policy) -> Local {
         Local {
             requests: p.requests_per_minute.map(Gcra::new),
-            tokens: p.tokens_per_minute.map(Gcra::new),
+            tokens: p
+                .tokens_per_minute
+                .map(|n| Gcra::with_window(n, p.tokens_window())),
             inflight: AtomicU32::new(0),
             max_concurrent: p.max_concurrent,
         }
@@ -122,7 +132,9 @@ impl Local {
         let part = |n: u64| n.div_ceil(u64::from(replicas)).max(1);
         Local {
             requests: p.requests_per_minute.map(|n| Gcra::new(part(n))),
-            tokens: p.tokens_per_minute.map(|n| Gcra::new(part(n))),
+            tokens: p
+                .tokens_per_minute
+                .map(|n| Gcra::with_window(part(n), p.tokens_window())),
             inflight: AtomicU32::new(0),
             max_concurrent: p.max_concurrent.map(|n| part(u64::from(n)) as u32),
         }

@@ -64,7 +64,7 @@ mod shared;
 mod state;
 pub mod store;
 
-use std::collections::HashMap;
+use crate::routing::AliasMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -88,8 +88,8 @@ pub use response::Rejection;
 /// All policies; immutable apart from the atomics, rebuilt on reload.
 #[derive(Debug, Default)]
 pub struct Limits {
-    keys: HashMap<String, Arc<PolicyState>>,
-    models: HashMap<String, Arc<PolicyState>>,
+    keys: AliasMap<Arc<PolicyState>>,
+    models: AliasMap<Arc<PolicyState>>,
     headers_on_success: bool,
     /// The store the policies are shared through, if any.
     store: Option<Arc<Store>>,
@@ -142,6 +142,34 @@ impl StoreSource<'_> {
     }
 }
 
+/// Builds the states of policies, each shared through the store when there is one, and starts
+/// the upkeep of their leases.
+struct Builder<'s> {
+    shared: Option<(&'s Arc<Store>, String, Leases)>,
+}
+
+impl<'s> Builder<'s> {
+    fn new(store: Option<&'s Arc<Store>>) -> Self {
+        Builder {
+            shared: store.map(|s| (s, shared::holder(s), Leases::default())),
+        }
+    }
+
+    fn build(&mut self, scope: Scope, name: &str, p: Policy) -> Arc<PolicyState> {
+        let mut st = PolicyState::new(scope, name, p);
+        if let Some((s, holder, leases)) = &mut self.shared {
+            st.shared = Some(shared::share(&st, s, holder, leases));
+        }
+        Arc::new(st)
+    }
+
+    fn finish(self) {
+        if let Some((s, _, leases)) = self.shared {
+            lease::maintain(s, leases);
+        }
+    }
+}
+
 /// The outcome of [`Limits::admit`].
 #[derive(Debug)]
 pub enum Admit {
@@ -175,16 +203,7 @@ impl Limits {
             .as_ref()
             .and_then(|v| StoreConfig::from_config(c, v));
         let store = store.resolve(c, store_config.as_ref());
-        let mut shared = store
-            .as_ref()
-            .map(|s| (s, shared::holder(s), Leases::default()));
-        let mut build = |scope: Scope, name: &str, p: Policy| {
-            let mut st = PolicyState::new(scope, name, p);
-            if let Some((s, holder, leases)) = &mut shared {
-                st.shared = Some(shared::share(&st, s, holder, leases));
-            }
-            Arc::new(st)
-        };
+        let mut b = Builder::new(store.as_ref());
         let mut out = Limits {
             headers_on_success: cfg.headers_on_success,
             store_configured: store_config.is_some(),
@@ -194,7 +213,7 @@ impl Limits {
             if policy::check(c, "$.limits.default_key", d) {
                 for id in key_ids {
                     if !cfg.keys.contains_key(id) {
-                        out.keys.insert(id.clone(), build(Scope::Key, id, *d));
+                        out.keys.insert(id.clone(), b.build(Scope::Key, id, *d));
                     }
                 }
             }
@@ -214,7 +233,7 @@ impl Limits {
                 continue;
             }
             if policy::check(c, &path, p) {
-                out.keys.insert(id.clone(), build(Scope::Key, id, *p));
+                out.keys.insert(id.clone(), b.build(Scope::Key, id, *p));
             }
         }
         for (alias, p) in &cfg.models {
@@ -228,13 +247,37 @@ impl Limits {
             }
             if policy::check(c, &path, p) {
                 out.models
-                    .insert(alias.clone(), build(Scope::Model, alias, *p));
+                    .insert(alias.clone(), b.build(Scope::Model, alias, *p));
             }
         }
-        if let Some((s, _, leases)) = shared {
-            lease::maintain(s, leases);
-        }
+        b.finish();
         out.store = store;
+        out
+    }
+
+    /// Policies another posture builds (the spend budgets of `posture/spend`: tokens counted in
+    /// microdollars over their period), by key id and by alias, shared through `store` exactly as
+    /// the `limits` section's are (the same leases, `on_store_error` and fallback).
+    pub fn of_policies(
+        keys: impl IntoIterator<Item = (String, Policy)>,
+        models: impl IntoIterator<Item = (String, Policy)>,
+        store: Option<&Arc<Store>>,
+    ) -> Limits {
+        let mut b = Builder::new(store);
+        let mut out = Limits {
+            store_configured: store.is_some(),
+            store: store.cloned(),
+            ..Limits::default()
+        };
+        for (id, p) in keys {
+            let st = b.build(Scope::Key, &id, p);
+            out.keys.insert(id, st);
+        }
+        for (alias, p) in models {
+            let st = b.build(Scope::Model, &alias, p);
+            out.models.insert(alias, st);
+        }
+        b.finish();
         out
     }
 

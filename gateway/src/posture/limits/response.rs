@@ -24,7 +24,7 @@ pub struct Rejection {
 }
 
 /// OpenAI-style duration: `250ms`, `12s`, `1m30s`.
-pub(super) fn fmt_duration(d: Duration) -> String {
+pub fn fmt_duration(d: Duration) -> String {
     let mut b = [0u8; 48];
     let n = write_duration(&mut b, d);
     String::from_utf8_lossy(&b[..n]).into_owned()

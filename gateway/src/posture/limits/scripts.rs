@@ -15,12 +15,13 @@ pub const BUCKET: &str = r#"
 -- ARGV[3] units wanted (0: only give back or charge)
 -- ARGV[4] share: a grant is at most what is left / share, and at least 1 while 1 is left, so
 --         that replicas' leases shrink to single units near the limit
+-- ARGV[5] the window the limit is per, microseconds (a minute; a spend budget's period)
 -- Returns {granted, units left (floored), microseconds until 1 unit is left (0 when it is)}.
 local limit = tonumber(ARGV[1])
 local delta = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local share = tonumber(ARGV[4])
-local rate = limit / 60000000
+local rate = limit / (tonumber(ARGV[5]) or 60000000)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local s = redis.call('HMGET', KEYS[1], 't', 'ts')

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::admission::Admission;
-use super::clock::now_ns;
+use super::clock::{now_ns, WINDOW_NS};
 use super::lease::{Got, Leases, RateLease, SlotLease};
 use super::limiter::Local;
 use super::local::PARTS;
@@ -146,22 +146,21 @@ pub(super) fn share(
 ) -> Shared {
     let cfg = store.config();
     // Only key ids and aliases name keys in Redis, never a caller's or upstream's key.
-    let key = |kind: Kind| {
-        format!(
-            "{}{}:{}:{}",
-            cfg.prefix,
-            st.scope.as_str(),
-            st.name,
-            kind.as_str()
-        )
-    };
     let p = st.policy;
+    let key = |kind: Kind| {
+        // A spend budget's tokens are its own bucket (`...:spend`), beside the key's rate limits.
+        let kind = match (kind, p.spend_window_ns) {
+            (Kind::Tokens, Some(_)) => "spend",
+            _ => kind.as_str(),
+        };
+        format!("{}{}:{}:{}", cfg.prefix, st.scope.as_str(), st.name, kind)
+    };
     let requests = p
         .requests_per_minute
-        .map(|n| RateLease::new(store, key(Kind::Requests), n));
+        .map(|n| RateLease::new(store, key(Kind::Requests), n, WINDOW_NS));
     let tokens = p
         .tokens_per_minute
-        .map(|n| RateLease::new(store, key(Kind::Tokens), n));
+        .map(|n| RateLease::new(store, key(Kind::Tokens), n, p.tokens_window()));
     let slots = p
         .max_concurrent
         .map(|n| SlotLease::new(store, key(Kind::Concurrency), holder.to_owned(), n));

@@ -64,8 +64,8 @@ pub fn render() -> String {
     o.push_str("# TYPE gateway_tokens_total counter\n");
     for (r, route) in ROUTES.iter().enumerate() {
         for (m, model) in models.iter().enumerate() {
-            for (d, dir) in ["in", "out"].iter().enumerate() {
-                let v = sum(&shards, |s| &s.tokens[(r * NMODELS + m) * 2 + d]);
+            for (d, dir) in ["in", "out", "cached"].iter().enumerate() {
+                let v = sum(&shards, |s| &s.tokens[(r * NMODELS + m) * 3 + d]);
                 if v > 0 {
                     let _ = writeln!(
                         o,
@@ -75,6 +75,21 @@ pub fn render() -> String {
                 }
             }
         }
+    }
+
+    render_spend(&mut o, &shards, &models);
+    if crate::posture::traces::enabled() {
+        let (dropped, ok, failed) = crate::posture::traces::counters();
+        o.push_str("# HELP gateway_trace_spans_dropped_total Spans not exported: a worker's buffer was full, or their export failed.\n");
+        o.push_str("# TYPE gateway_trace_spans_dropped_total counter\n");
+        let _ = writeln!(o, "gateway_trace_spans_dropped_total {dropped}");
+        o.push_str("# HELP gateway_trace_exports_total OTLP exports (one POST of a batch of spans) by result.\n");
+        o.push_str("# TYPE gateway_trace_exports_total counter\n");
+        let _ = writeln!(o, "gateway_trace_exports_total{{result=\"ok\"}} {ok}");
+        let _ = writeln!(
+            o,
+            "gateway_trace_exports_total{{result=\"failed\"}} {failed}"
+        );
     }
 
     o.push_str("# HELP gateway_rate_limited_total Requests refused by a rate-limit policy.\n");
@@ -150,6 +165,34 @@ pub fn render() -> String {
 }
 
 /// The per-deployment counters: only pairs that counted something are listed.
+/// `gateway_spend_usd_total{key, model}`: summed in integer nanodollars, written in dollars with
+/// nine decimals (exact: no float is summed). `key` is the caller's key id, `none` on an open
+/// gateway.
+fn render_spend(o: &mut String, shards: &[Arc<Shard>], models: &[String]) {
+    let mut total: std::collections::BTreeMap<(Option<Arc<str>>, u16), u64> = Default::default();
+    for s in shards {
+        for ((_, m), (key, v)) in s.spend.lock().unwrap().iter() {
+            let t = total.entry((key.clone(), *m)).or_insert(0);
+            *t = t.wrapping_add(*v);
+        }
+    }
+    o.push_str("# HELP gateway_spend_usd_total What priced requests cost, in US dollars, by key and model alias.\n");
+    o.push_str("# TYPE gateway_spend_usd_total counter\n");
+    let mut usd = Vec::with_capacity(24);
+    for ((key, m), nano) in total {
+        usd.clear();
+        crate::provider::price::write_usd(&mut usd, nano);
+        let model = models.get(m as usize).map_or("other", String::as_str);
+        let _ = writeln!(
+            o,
+            "gateway_spend_usd_total{{key=\"{}\",model=\"{}\"}} {}",
+            esc(key.as_deref().unwrap_or("none")),
+            esc(model),
+            std::str::from_utf8(&usd).unwrap_or("0")
+        );
+    }
+}
+
 fn render_routing(o: &mut String, shards: &[Arc<Shard>]) {
     let upstreams: Vec<(String, String)> = registry().upstreams.lock().unwrap().clone();
     let labels = |u: usize| {
@@ -344,8 +387,33 @@ mod tests {
             first_token: None,
             tokens_in: 10,
             tokens_out: 5,
+            tokens_cached: 0,
             rejected: None,
         }
+    }
+
+    #[test]
+    fn spend_is_summed_across_threads_in_exact_dollars() {
+        let labels = ModelLabels::new(["spend-test-model"]);
+        let m = labels.index("spend-test-model");
+        let key: Arc<str> = Arc::from("spend-test-key");
+        let k = key.clone();
+        std::thread::spawn(move || spend(Some(&k), m, 1_500_000_000))
+            .join()
+            .unwrap();
+        spend(Some(&key), m, 250_000_001);
+        spend(None, m, 7);
+        // The label is `other` when other tests filled the table first.
+        let name = registry().models.lock().unwrap()[m as usize].clone();
+        let text = render();
+        let line = |key: &str, v: &str| {
+            format!("gateway_spend_usd_total{{key=\"{key}\",model=\"{name}\"}} {v}\n")
+        };
+        assert!(
+            text.contains(&line("spend-test-key", "1.750000001")),
+            "{text}"
+        );
+        assert!(text.contains(&line("none", "0.000000007")), "{text}");
     }
 
     #[test]

@@ -21,6 +21,8 @@
 
 pub mod exposition;
 
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -151,7 +153,7 @@ fn zeros(n: usize) -> Box<[AtomicU64]> {
 /// One thread's counters.
 pub struct Shard {
     requests: Box<[AtomicU64]>,    // route × model × status
-    tokens: Box<[AtomicU64]>,      // route × model × {in, out}
+    tokens: Box<[AtomicU64]>,      // route × model × {in, out, cached}
     rejections: Box<[AtomicU64]>,  // route × model × scope × kind
     hist: Box<[AtomicU64]>,        // hist × route × bucket
     hist_sum_ns: Box<[AtomicU64]>, // hist × route
@@ -160,13 +162,47 @@ pub struct Shard {
     fallbacks: Box<[AtomicU64]>, // upstream
     cooldowns: Box<[AtomicU64]>, // upstream
     retry_budget_exhausted: AtomicU64,
+    /// Nanodollars spent by (key, model label): priced requests only. A map, not a table: keys
+    /// are as many as the config lists. Its lock is this thread's and the scrape's, never
+    /// another worker's.
+    spend: Mutex<SpendMap>,
+}
+
+/// (the key id's allocation, 0 for none; model label) → (the key id, nanodollars). The key's
+/// `Arc` is the config's own, shared by every request of that key, so its address names it; a
+/// reload's new `Arc` is another entry, summed with it by name at the scrape.
+type SpendMap = HashMap<(usize, u16), (Option<Arc<str>>, u64), BuildHasherDefault<AddrHasher>>;
+
+/// One multiply per word: the spend map's keys are an address and a label, already spread, and
+/// SipHash over them was most of a priced request's bookkeeping.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(u64::from(n));
+    }
 }
 
 impl Shard {
     fn new() -> Self {
         Shard {
             requests: zeros(NROUTES * NMODELS * NSTATUS),
-            tokens: zeros(NROUTES * NMODELS * 2),
+            tokens: zeros(NROUTES * NMODELS * 3),
             rejections: zeros(NROUTES * NMODELS * NSCOPES * NKINDS),
             hist: zeros(NHIST * NROUTES * NBUCKETS),
             hist_sum_ns: zeros(NHIST * NROUTES),
@@ -175,6 +211,7 @@ impl Shard {
             fallbacks: zeros(NUPSTREAMS),
             cooldowns: zeros(NUPSTREAMS),
             retry_budget_exhausted: AtomicU64::new(0),
+            spend: Mutex::new(HashMap::default()),
         }
     }
 }
@@ -314,6 +351,16 @@ pub fn inflight_add(route: Dialect, delta: i64) {
     })
 }
 
+/// What a priced request cost (`gateway_spend_usd_total{key, model}`), in nanodollars.
+pub fn spend(key: Option<&Arc<str>>, model: u16, nano: u64) {
+    let addr = key.map_or(0, |k| Arc::as_ptr(k) as *const u8 as usize);
+    with_shard(|s| {
+        let mut m = s.spend.lock().unwrap();
+        let e = m.entry((addr, model)).or_insert_with(|| (key.cloned(), 0));
+        e.1 = e.1.wrapping_add(nano);
+    })
+}
+
 /// Everything one finished request contributes.
 pub struct Sample {
     pub route: Dialect,
@@ -324,6 +371,7 @@ pub struct Sample {
     pub first_token: Option<Duration>,
     pub tokens_in: u64,
     pub tokens_out: u64,
+    pub tokens_cached: u64,
     pub rejected: Option<(Scope, Kind)>,
 }
 
@@ -336,10 +384,13 @@ pub fn record(x: &Sample) {
             1,
         );
         if x.tokens_in > 0 {
-            bump(&s.tokens[(r * NMODELS + m) * 2], x.tokens_in);
+            bump(&s.tokens[(r * NMODELS + m) * 3], x.tokens_in);
         }
         if x.tokens_out > 0 {
-            bump(&s.tokens[(r * NMODELS + m) * 2 + 1], x.tokens_out);
+            bump(&s.tokens[(r * NMODELS + m) * 3 + 1], x.tokens_out);
+        }
+        if x.tokens_cached > 0 {
+            bump(&s.tokens[(r * NMODELS + m) * 3 + 2], x.tokens_cached);
         }
         if let Some((scope, kind)) = x.rejected {
             let sc = match scope {
