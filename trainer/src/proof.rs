@@ -323,7 +323,10 @@ pub fn verify(m: &Value) -> Result<()> {
             .filter(|v| v.is_object())
             .ok_or_else(|| anyhow!("no \"{k}\" section"))
     };
-    if m.get("target").and_then(|t| t.as_str()).is_none_or(str::is_empty) {
+    if m.get("target")
+        .and_then(|t| t.as_str())
+        .is_none_or(str::is_empty)
+    {
         bail!("no \"target\" named");
     }
     let pgo = section("pgo")?;
