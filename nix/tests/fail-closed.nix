@@ -93,14 +93,14 @@ let
     '';
   };
 
-  # The repository's shapes without the only shape of posture keys and the two native streaming
-  # messages shapes: two combinations no shape trains.
-  shapesWithoutThree = toolchain.runStage {
-    name = "shapes-three-removed";
+  # The repository's shapes without the only shape of posture keys and the three native streaming
+  # messages shapes (two generic, one agent-shaped): two combinations no shape trains.
+  shapesWithoutSome = toolchain.runStage {
+    name = "shapes-some-removed";
     script = ''
       cp -r ${shapes} "$out"
       chmod -R u+w "$out"
-      for s in chat-minimal-keys messages-minimal-stream messages-mid-stream; do
+      for s in chat-minimal-keys messages-minimal-stream messages-mid-stream agent-claude-code-stream; do
         rm "$out/$s.json" || fail "no shape $s to remove: choose another for this test"
       done
     '';
@@ -319,7 +319,7 @@ in
   # A training set with shapes removed: the refresh's LLVM training never starts, because the
   # coverage gate it depends on fails, naming each combination left cold.
   coverage-shapes-removed =
-    (import ../offline/default.nix (args // { shapes = shapesWithoutThree; })).gateway-profile-fresh;
+    (import ../offline/default.nix (args // { shapes = shapesWithoutSome; })).gateway-profile-fresh;
 
   # A hot function of the gateway edited without refreshing the pinned profile: LLVM reports
   # its hash mismatch while the PGO stage builds, and the stage fails naming the refresh command.
