@@ -70,7 +70,8 @@ let
   emulator = if cross then crossPkgs.stdenv.hostPlatform.emulator pkgs else null;
 
   # Shell-style name of the target for cargo's environment variables.
-  targetEnv = builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper target);
+  envNameOf = triple: builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper triple);
+  targetEnv = envNameOf target;
 
   # The channel manifest of exactly this release, fetched and checked by its sha256 (an
   # import-from-derivation: the manifest names every component's tarball and hash).
@@ -150,7 +151,7 @@ let
   };
   # A build for the builder in a cross chain (the trainer): the builder's own linker settings.
   hostLinkerEnv = {
-    "CARGO_TARGET_${builtins.replaceStrings [ "-" ] [ "_" ] (pkgs.lib.toUpper hostTarget)}_LINKER" = "${pkgs.stdenv.cc}/bin/cc";
+    "CARGO_TARGET_${envNameOf hostTarget}_LINKER" = "${pkgs.stdenv.cc}/bin/cc";
   };
 
   joinFlags = a: b: if a == "" then b else if b == "" then a else "${a} ${b}";
