@@ -574,6 +574,15 @@ where
         self.state.try_keep_alive::<T>();
         if self.state.is_idle() {
             self.io.release_idle_buffers();
+            // A server's idle connection waits for a client that may send nothing for a long
+            // time: its header map waits in the thread's pool instead (`park_header_map`). A
+            // client keeps its own: a pooled connection is reused soon or closed by the pool.
+            #[cfg(feature = "server")]
+            if T::should_read_first() {
+                if let Some(map) = self.state.cached_headers.take() {
+                    super::role::park_header_map(map);
+                }
+            }
         }
         self.maybe_notify(cx);
     }
