@@ -347,16 +347,28 @@ async fn serve_one_with_options(listener: tokio::net::TcpListener) -> hyper::Res
         .await
 }
 
+/// [`serve_one_with_options`] as a task, and a client connected to it that has sent `head`.
+async fn options_server_sent(
+    listener: tokio::net::TcpListener,
+    addr: std::net::SocketAddr,
+    head: &[u8],
+) -> (
+    tokio::task::JoinHandle<hyper::Result<()>>,
+    tokio::net::TcpStream,
+) {
+    let server = tokio::spawn(serve_one_with_options(listener));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head).await.unwrap();
+    (server, s)
+}
+
 #[test]
 fn header_read_timeout_and_limits_hold_as_before() {
     // A request in time is served, and the connection, kept alive, is closed once no next head
     // arrives within the timeout.
     on_loopback(|listener, addr| async move {
-        let server = tokio::spawn(serve_one_with_options(listener));
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
+        let (server, mut s) =
+            options_server_sent(listener, addr, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
         let head = read_through(&mut s, b"\r\n\r\nok").await.unwrap();
         assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"));
         let started = std::time::Instant::now();
@@ -373,11 +385,8 @@ fn header_read_timeout_and_limits_hold_as_before() {
     });
     // A head with more headers than the limit is answered 431.
     on_loopback(|listener, addr| async move {
-        let server = tokio::spawn(serve_one_with_options(listener));
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n")
-            .await
-            .unwrap();
+        let head = b"GET / HTTP/1.1\r\nhost: x\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n";
+        let (server, mut s) = options_server_sent(listener, addr, head).await;
         let mut answer = Vec::new();
         let _ = s.read_to_end(&mut answer).await;
         let answer = String::from_utf8_lossy(&answer);
