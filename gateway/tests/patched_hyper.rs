@@ -330,3 +330,70 @@ fn request_targets_are_written_as_their_display() {
         );
     }
 }
+
+/// A server connection with hyper's own header read timeout and header limits (options the
+/// patched copy keeps in a box of their own, `RareOptions` in `proto/h1/conn.rs`), on one
+/// accepted connection; returns what the connection future ended with.
+async fn serve_one_with_options(listener: tokio::net::TcpListener) -> hyper::Result<()> {
+    let (io, _) = listener.accept().await.unwrap();
+    let service = hyper::service::service_fn(|_req: Request<Incoming>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    });
+    hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(std::time::Duration::from_millis(200))
+        .max_headers(3)
+        .serve_connection(TokioIo::new(io), service)
+        .await
+}
+
+/// [`serve_one_with_options`] as a task, and a client connected to it that has sent `head`.
+async fn options_server_sent(
+    listener: tokio::net::TcpListener,
+    addr: std::net::SocketAddr,
+    head: &[u8],
+) -> (
+    tokio::task::JoinHandle<hyper::Result<()>>,
+    tokio::net::TcpStream,
+) {
+    let server = tokio::spawn(serve_one_with_options(listener));
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(head).await.unwrap();
+    (server, s)
+}
+
+#[test]
+fn header_read_timeout_and_limits_hold_as_before() {
+    // A request in time is served, and the connection, kept alive, is closed once no next head
+    // arrives within the timeout.
+    on_loopback(|listener, addr| async move {
+        let (server, mut s) =
+            options_server_sent(listener, addr, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        let head = read_through(&mut s, b"\r\n\r\nok").await.unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        let started = std::time::Instant::now();
+        s.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_millis(150) && waited.as_secs() < 5,
+            "{waited:?}"
+        );
+        let e = server.await.unwrap().unwrap_err();
+        assert!(e.is_timeout(), "{e:?}");
+    });
+    // A head with more headers than the limit is answered 431.
+    on_loopback(|listener, addr| async move {
+        let head = b"GET / HTTP/1.1\r\nhost: x\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n";
+        let (server, mut s) = options_server_sent(listener, addr, head).await;
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+            "{answer}"
+        );
+        let _ = server.await.unwrap();
+    });
+}

@@ -10,11 +10,8 @@
 
 use std::cell::{Cell, RefCell};
 use std::convert::Infallible;
-use std::future::Future;
-use std::pin::pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,7 +24,7 @@ use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::http::body::{error_response, json_response, GwBody, GwResponse};
 use crate::http::client::{self, UpstreamClient};
-use crate::serve::conn::{ClientIo, ClientSocket, ConnState, ServedBody, Signal};
+use crate::serve::conn::{ClientIo, ClientSocket, ConnState, ConnTask, ServedBody, Signal};
 use crate::serve::{paths, proxy};
 
 /// Per-worker state; never shared with another thread.
@@ -143,32 +140,7 @@ pub fn run(
                             }
                         });
                         let conn = http.serve_connection(ClientIo(socket.clone()), svc);
-                        let open = open.clone();
-                        tokio::task::spawn_local(async move {
-                            let mut conn = pin!(conn);
-                            let mut draining = false;
-                            std::future::poll_fn(|cx| loop {
-                                match st.poll_signal(cx) {
-                                    // Dropping the connection closes it.
-                                    Signal::Close => return Poll::Ready(()),
-                                    Signal::Drain if !draining => {
-                                        draining = true;
-                                        conn.as_mut().graceful_shutdown();
-                                    }
-                                    _ => match conn.as_mut().poll(cx) {
-                                        Poll::Ready(_) => return Poll::Ready(()),
-                                        // Dropping the connection cancels the request.
-                                        Poll::Pending if st.poll_hung_up(&socket, cx) => {
-                                            return Poll::Ready(())
-                                        }
-                                        Poll::Pending => return Poll::Pending,
-                                    },
-                                }
-                            })
-                            .await;
-                            st.done.set(true);
-                            open.set(open.get() - 1);
-                        });
+                        tokio::task::spawn_local(ConnTask::new(conn, st, socket, open.clone()));
                     }
                     Err(e) => {
                         // Out of descriptors and the like: back off instead of spinning.

@@ -17,6 +17,12 @@ impl<T: Buf> BufList<T> {
     #[inline]
     pub(crate) fn push(&mut self, buf: T) {
         debug_assert!(buf.has_remaining());
+        // The first buffer takes room for one, not the four of a `VecDeque`'s first growth: a
+        // message mostly queues one buffer at a time (a whole body), and a connection keeps the
+        // room for its life, idle or not. A second buffer queued at once grows it to four.
+        if self.bufs.capacity() == 0 {
+            self.bufs.reserve_exact(1);
+        }
         self.bufs.push_back(buf);
     }
 

@@ -57,18 +57,9 @@ where
                 keep_alive: KA::Busy,
                 method: None,
                 h1_parser_config: ParserConfig::default(),
-                h1_max_headers: None,
-                h1_max_header_size: None,
-                #[cfg(feature = "server")]
-                h1_header_read_timeout: None,
-                #[cfg(feature = "server")]
-                h1_header_read_timeout_fut: None,
-                #[cfg(feature = "server")]
-                h1_header_read_timeout_running: false,
+                rare: None,
                 #[cfg(feature = "server")]
                 date_header: true,
-                #[cfg(feature = "server")]
-                timer: Time::Empty,
                 preserve_header_case: false,
                 #[cfg(feature = "ffi")]
                 preserve_header_order: false,
@@ -87,11 +78,6 @@ where
             },
             _marker: PhantomData,
         }
-    }
-
-    #[cfg(feature = "server")]
-    pub(crate) fn set_timer(&mut self, timer: Time) {
-        self.state.timer = timer;
     }
 
     #[cfg(feature = "server")]
@@ -139,16 +125,21 @@ where
     }
 
     pub(crate) fn set_http1_max_headers(&mut self, val: usize) {
-        self.state.h1_max_headers = Some(val);
+        self.state.rare_mut().h1_max_headers = Some(val);
     }
 
     pub(crate) fn set_http1_max_header_size(&mut self, val: usize) {
-        self.state.h1_max_header_size = Some(val);
+        self.state.rare_mut().h1_max_header_size = Some(val);
     }
 
     #[cfg(feature = "server")]
-    pub(crate) fn set_http1_header_read_timeout(&mut self, val: Duration) {
-        self.state.h1_header_read_timeout = Some(val);
+    pub(crate) fn set_http1_header_read_timeout(&mut self, val: Duration, timer: Time) {
+        self.state.rare_mut().header_read_timeout = Some(HeaderReadTimeout {
+            timeout: val,
+            timer,
+            fut: None,
+            running: false,
+        });
     }
 
     #[cfg(feature = "server")]
@@ -221,23 +212,24 @@ where
         trace!("Conn::read_head");
 
         #[cfg(feature = "server")]
-        if !self.state.h1_header_read_timeout_running {
-            if let Some(h1_header_read_timeout) = self.state.h1_header_read_timeout {
-                let deadline = self.state.timer.now() + h1_header_read_timeout;
-                self.state.h1_header_read_timeout_running = true;
-                match &mut self.state.h1_header_read_timeout_fut {
+        if let Some(t) = self.state.header_read_timeout() {
+            if !t.running {
+                let deadline = t.timer.now() + t.timeout;
+                t.running = true;
+                match &mut t.fut {
                     Some(h1_header_read_timeout_fut) => {
                         trace!("resetting h1 header read timeout timer");
-                        self.state.timer.reset(h1_header_read_timeout_fut, deadline);
+                        t.timer.reset(h1_header_read_timeout_fut, deadline);
                     }
                     None => {
                         trace!("setting h1 header read timeout timer");
-                        self.state.h1_header_read_timeout_fut =
-                            Some(self.state.timer.sleep_until(deadline));
+                        t.fut = Some(t.timer.sleep_until(deadline));
                     }
                 }
             }
         }
+
+        let (h1_max_headers, h1_max_header_size) = self.state.header_limits();
 
         let msg = match self.io.parse::<T>(
             cx,
@@ -245,8 +237,8 @@ where
                 cached_headers: &mut self.state.cached_headers,
                 req_method: &mut self.state.method,
                 h1_parser_config: self.state.h1_parser_config.clone(),
-                h1_max_headers: self.state.h1_max_headers,
-                h1_max_header_size: self.state.h1_max_header_size,
+                h1_max_headers,
+                h1_max_header_size,
                 preserve_header_case: self.state.preserve_header_case,
                 #[cfg(feature = "ffi")]
                 preserve_header_order: self.state.preserve_header_order,
@@ -259,12 +251,10 @@ where
             Poll::Ready(Err(e)) => return self.on_read_head_error(e),
             Poll::Pending => {
                 #[cfg(feature = "server")]
-                if self.state.h1_header_read_timeout_running {
-                    if let Some(h1_header_read_timeout_fut) =
-                        &mut self.state.h1_header_read_timeout_fut
-                    {
+                if let Some(t) = self.state.header_read_timeout() {
+                    if let (true, Some(h1_header_read_timeout_fut)) = (t.running, &mut t.fut) {
                         if Pin::new(h1_header_read_timeout_fut).poll(cx).is_ready() {
-                            self.state.h1_header_read_timeout_running = false;
+                            t.running = false;
 
                             warn!("read header from client timeout");
                             return Poll::Ready(Some(Err(crate::Error::new_header_timeout())));
@@ -277,9 +267,9 @@ where
         };
 
         #[cfg(feature = "server")]
-        {
-            self.state.h1_header_read_timeout_running = false;
-            self.state.h1_header_read_timeout_fut = None;
+        if let Some(t) = self.state.header_read_timeout() {
+            t.running = false;
+            t.fut = None;
         }
 
         // Note: don't deconstruct `msg` into local variables, it appears
@@ -315,20 +305,18 @@ where
                 self.try_keep_alive(cx);
             }
         } else if msg.expect_continue && msg.head.version.gt(&Version::HTTP_10) {
-            let h1_max_header_size = self.state.h1_max_header_size;
-            self.state.reading = Reading::Continue(Decoder::new(
+            self.state.reading = Reading::Continue(Box::new(Decoder::new(
                 msg.decode,
-                self.state.h1_max_headers,
+                h1_max_headers,
                 h1_max_header_size,
-            ));
+            )));
             wants = wants.add(Wants::EXPECT);
         } else {
-            let h1_max_header_size = self.state.h1_max_header_size;
-            self.state.reading = Reading::Body(Decoder::new(
+            self.state.reading = Reading::Body(Box::new(Decoder::new(
                 msg.decode,
-                self.state.h1_max_headers,
+                h1_max_headers,
                 h1_max_header_size,
-            ));
+            )));
         }
 
         // Read only by a server, to answer with trailers: a client does not look the header up.
@@ -574,6 +562,15 @@ where
         self.state.try_keep_alive::<T>();
         if self.state.is_idle() {
             self.io.release_idle_buffers();
+            // A server's idle connection waits for a client that may send nothing for a long
+            // time: its header map waits in the thread's pool instead (`park_header_map`). A
+            // client keeps its own: a pooled connection is reused soon or closed by the pool.
+            #[cfg(feature = "server")]
+            if T::should_read_first() {
+                if let Some(map) = self.state.cached_headers.take() {
+                    super::role::park_header_map(map);
+                }
+            }
         }
         self.maybe_notify(cx);
     }
@@ -957,18 +954,10 @@ struct State {
     /// a body or not.
     method: Option<Method>,
     h1_parser_config: ParserConfig,
-    h1_max_headers: Option<usize>,
-    h1_max_header_size: Option<usize>,
-    #[cfg(feature = "server")]
-    h1_header_read_timeout: Option<Duration>,
-    #[cfg(feature = "server")]
-    h1_header_read_timeout_fut: Option<Pin<Box<dyn Sleep>>>,
-    #[cfg(feature = "server")]
-    h1_header_read_timeout_running: bool,
+    /// Options most connections do not set (`None` until one is set).
+    rare: Option<Box<RareOptions>>,
     #[cfg(feature = "server")]
     date_header: bool,
-    #[cfg(feature = "server")]
-    timer: Time,
     preserve_header_case: bool,
     #[cfg(feature = "ffi")]
     preserve_header_order: bool,
@@ -994,11 +983,32 @@ struct State {
     allow_trailer_fields: bool,
 }
 
+/// The limits on a message head's headers and the header read timeout: options that most
+/// connections leave unset, in a box of their own, so that a connection without them (an idle
+/// keep-alive connection included) holds a pointer for them instead of 80 bytes.
+#[derive(Default)]
+struct RareOptions {
+    h1_max_headers: Option<usize>,
+    h1_max_header_size: Option<usize>,
+    #[cfg(feature = "server")]
+    header_read_timeout: Option<HeaderReadTimeout>,
+}
+
+#[cfg(feature = "server")]
+struct HeaderReadTimeout {
+    timeout: Duration,
+    timer: Time,
+    fut: Option<Pin<Box<dyn Sleep>>>,
+    running: bool,
+}
+
 #[derive(Debug)]
 enum Reading {
     Init,
-    Continue(Decoder),
-    Body(Decoder),
+    // Boxed: a `Decoder` is 96 bytes (a chunked body's state), which a connection would
+    // otherwise hold between messages too; the box lives from a message's head to its body's end.
+    Continue(Box<Decoder>),
+    Body(Box<Decoder>),
     KeepAlive,
     Closed,
 }
@@ -1159,7 +1169,7 @@ impl State {
         }
 
         #[cfg(feature = "server")]
-        if self.h1_header_read_timeout.is_some() {
+        if self.rare.as_ref().is_some_and(|r| r.header_read_timeout.is_some()) {
             // Next read will start and poll the header read timeout,
             // so we can close the connection if another header isn't
             // received in a timely manner.
@@ -1169,6 +1179,23 @@ impl State {
 
     fn is_idle(&self) -> bool {
         matches!(self.keep_alive.status(), KA::Idle)
+    }
+
+    fn rare_mut(&mut self) -> &mut RareOptions {
+        self.rare.get_or_insert_with(Default::default)
+    }
+
+    /// `h1_max_headers` and `h1_max_header_size`.
+    fn header_limits(&self) -> (Option<usize>, Option<usize>) {
+        match &self.rare {
+            Some(r) => (r.h1_max_headers, r.h1_max_header_size),
+            None => (None, None),
+        }
+    }
+
+    #[cfg(feature = "server")]
+    fn header_read_timeout(&mut self) -> Option<&mut HeaderReadTimeout> {
+        self.rare.as_mut()?.header_read_timeout.as_mut()
     }
 
     fn is_read_closed(&self) -> bool {

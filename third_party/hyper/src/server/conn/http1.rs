@@ -477,7 +477,6 @@ impl Builder {
     {
         let mut conn = proto::Conn::new(io);
         conn.set_h1_parser_config(self.h1_parser_config.clone());
-        conn.set_timer(self.timer.clone());
         if !self.h1_keep_alive {
             conn.disable_keep_alive();
         }
@@ -500,7 +499,7 @@ impl Builder {
             .timer
             .check(self.h1_header_read_timeout, "header_read_timeout")
         {
-            conn.set_http1_header_read_timeout(dur);
+            conn.set_http1_header_read_timeout(dur, self.timer.clone());
         }
         if let Some(writev) = self.h1_writev {
             if writev {
