@@ -244,16 +244,22 @@ fn output_cap(body: &[u8]) -> u64 {
         let Some(rest) = rest.strip_prefix(b":") else {
             continue;
         };
-        let rest = rest.trim_ascii_start();
-        let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-        if let Some(n) = std::str::from_utf8(&rest[..digits])
-            .ok()
-            .and_then(|d| d.parse().ok())
-        {
+        if let Some(n) = leading_number(rest.trim_ascii_start()) {
             return n;
         }
     }
     0
+}
+
+/// The decimal number `s` starts with, if it starts with one that fits a `u64`.
+fn leading_number(s: &[u8]) -> Option<u64> {
+    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    s[..digits].iter().try_fold(0u64, |n, &c| {
+        n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+    })
 }
 
 /// Nanodollars to whole microdollars, rounded up (what a budget is charged).
@@ -320,6 +326,8 @@ mod tests {
             "inside a string"
         );
         assert_eq!(output_cap(br#"{"prompt_tokens":5}"#), 0);
+        assert_eq!(output_cap(br#"{"max_tokens":99999999999999999999999}"#), 0);
+        assert_eq!(output_cap(br#"{"max_tokens":-1,"max_output_tokens":8}"#), 8);
     }
 
     #[test]
