@@ -921,7 +921,8 @@ mod encode {
         upstream_model: String,
     }
 
-    /// Routes' deployments cached by a worker; cleared when full (a reload's new routes).
+    /// Routes' deployments cached by a worker, at most. A miss (a reload's new routes) first lets
+    /// go of the routes no config holds any more; past this many the cache starts over.
     const MAX_CACHED: usize = 64;
 
     thread_local! {
@@ -972,6 +973,16 @@ mod encode {
             &RESPONSE_MODEL,
             Val::Str(upstream_model),
         );
+        // A route is another's too when it has more owners than the entries of its deployments.
+        let live: Vec<bool> = cache
+            .iter()
+            .map(|c| {
+                let entries = cache.iter().filter(|o| Arc::ptr_eq(&o.route, &c.route));
+                Arc::strong_count(&c.route) > entries.count()
+            })
+            .collect();
+        let mut live = live.into_iter();
+        cache.retain(|_| live.next().unwrap_or(false));
         if cache.len() >= MAX_CACHED {
             cache.clear();
         }
@@ -1345,6 +1356,30 @@ mod tests {
         assert_eq!(*status, 2);
         assert_eq!(get(attrs, "error.type"), Some("502"));
         assert_eq!(get(attrs, "gen_ai.usage.input_tokens"), None);
+
+        // The worker's cache holds a route while a config does; the next miss lets go of it.
+        let cached = Arc::downgrade(&route);
+        drop((routes, route));
+        assert!(cached.upgrade().is_some());
+        let mut c = Checker::default();
+        let reloaded = crate::routing::section(&mut c, top.as_object().unwrap(), &providers);
+        let mut buf = Vec::new();
+        encode::request_spans(
+            &mut buf,
+            &Finished {
+                trace: &trace,
+                start: SystemTime::now(),
+                duration: Duration::from_millis(9),
+                upstream_end: None,
+                operation: "chat",
+                route: Some(&reloaded["pool"]),
+                input_tokens: None,
+                output_tokens: None,
+                status: 200,
+                error: None,
+            },
+        );
+        assert!(cached.upgrade().is_none());
     }
 
     #[test]
