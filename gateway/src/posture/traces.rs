@@ -18,8 +18,8 @@
 //! thread (`gw-traces`) takes the buffers every 200 ms, puts the one resource and scope header in
 //! front of their bytes and POSTs them to the endpoint. A buffer holds at most [`MAX_BUFFERED`]
 //! requests; past it, and when an export fails (the collector is down or slow), spans are
-//! dropped and counted (`gateway_trace_spans_dropped_total`, `gateway_trace_exports_total{result}`),
-//! never waited for.
+//! dropped and counted (`gateway_trace_spans_dropped_total`,
+//! `gateway_trace_exports_total{result}`), never waited for.
 
 use std::cell::Cell;
 use std::io::{Read, Write};
@@ -486,10 +486,11 @@ fn post(cfg: &TracingConfig, body: &[u8]) -> std::io::Result<()> {
 
 /// The OTLP protobuf (`opentelemetry/proto/collector/trace/v1` `ExportTraceServiceRequest`),
 /// written directly: the few messages and fields the spans use. A request's spans are encoded
-/// when it ends, into its worker's buffer ([`request_spans`]); an export puts the one resource
-/// and scope in front of the buffers' bytes ([`request`]). Written here rather than with
-/// `opentelemetry-proto` + `prost` to keep their generated types (a `String` per attribute key, a
-/// `Vec` per span) and the tonic/gRPC feature tree out of the gateway for twenty fields.
+/// when it ends, into its worker's buffer ([`encode::request_spans`]); an export puts the one
+/// resource and scope in front of the buffers' bytes ([`encode::request`]). Written here rather
+/// than with `opentelemetry-proto` + `prost` to keep their generated types (a `String` per
+/// attribute key, a `Vec` per span) and the tonic/gRPC feature tree out of the gateway for twenty
+/// fields.
 mod encode {
     use std::cell::RefCell;
     use std::sync::Arc;
