@@ -92,6 +92,14 @@ def upstream():
     return srv, seen
 
 
+def closed_port(srv):
+    """`srv`'s port once it is shut down: nothing listens there any more."""
+    port = srv.server_port
+    srv.shutdown()
+    srv.server_close()
+    return port
+
+
 def attrs(span):
     out = {}
     for kv in span.attributes:
@@ -200,10 +208,7 @@ def test_unsampled_requests_pass_the_client_traceparent_and_a_dead_collector_dro
     import openai
 
     up, seen = upstream()
-    col, _ = collector()
-    dead = col.server_port
-    col.shutdown()
-    col.server_close()
+    dead = closed_port(collector()[0])
     with tempfile.TemporaryDirectory() as d:
         # A tiny ratio: the request without a sampled parent is not sampled; one whose client
         # sampled it is (the client's decision is kept), and its export fails (no collector).
@@ -241,10 +246,7 @@ def test_a_failed_request_has_error_spans(binaries):
     import openai
 
     col, got = collector()
-    dead, _ = upstream()
-    dead_port = dead.server_port
-    dead.shutdown()
-    dead.server_close()
+    dead_port = closed_port(upstream()[0])
     with tempfile.TemporaryDirectory() as d:
         proc, addr, _, _ = gateway(binaries, d, dead_port, col.server_port)
         try:
