@@ -92,6 +92,14 @@ def upstream():
     return srv, seen
 
 
+def closed_port(srv):
+    """`srv`'s port once it is shut down: nothing listens there any more."""
+    port = srv.server_port
+    srv.shutdown()
+    srv.server_close()
+    return port
+
+
 def attrs(span):
     out = {}
     for kv in span.attributes:
@@ -200,10 +208,7 @@ def test_unsampled_requests_pass_the_client_traceparent_and_a_dead_collector_dro
     import openai
 
     up, seen = upstream()
-    col, _ = collector()
-    dead = col.server_port
-    col.shutdown()
-    col.server_close()
+    dead = closed_port(collector()[0])
     with tempfile.TemporaryDirectory() as d:
         # A tiny ratio: the request without a sampled parent is not sampled; one whose client
         # sampled it is (the client's decision is kept), and its export fails (no collector).
@@ -235,3 +240,40 @@ def test_unsampled_requests_pass_the_client_traceparent_and_a_dead_collector_dro
         finally:
             assert _stop(proc) == 0
     up.shutdown()
+
+
+def test_a_failed_request_has_error_spans(binaries):
+    import openai
+
+    col, got = collector()
+    dead_port = closed_port(upstream()[0])
+    with tempfile.TemporaryDirectory() as d:
+        proc, addr, _, _ = gateway(binaries, d, dead_port, col.server_port)
+        try:
+            client = openai.OpenAI(base_url=f"http://{addr}/v1", api_key="sk-client",
+                                   max_retries=0)
+            with pytest.raises(openai.APIStatusError) as err:
+                client.chat.completions.create(
+                    model="gpt", messages=[{"role": "user", "content": "hi"}])
+            spans = spans_of(got, 2)
+        finally:
+            assert _stop(proc) == 0
+    col.shutdown()
+
+    status = err.value.status_code
+    assert status >= 500
+    assert len(spans) == 2, spans
+    server = next(s for s in spans if s.kind == s.SPAN_KIND_SERVER)
+    attempt = next(s for s in spans if s.kind == s.SPAN_KIND_CLIENT)
+    a = attrs(server)
+    assert server.status.code == server.status.STATUS_CODE_ERROR
+    assert a["error.type"] == str(status)
+    assert a["http.response.status_code"] == status
+    assert a["gen_ai.request.model"] == "gpt"
+    assert "gen_ai.usage.input_tokens" not in a
+    b = attrs(attempt)
+    assert attempt.status.code == attempt.status.STATUS_CODE_ERROR
+    assert b["error.type"] == str(status)
+    assert b["server.port"] == dead_port
+    assert "gen_ai.response.model" not in b
+    assert attempt.parent_span_id == server.span_id

@@ -357,27 +357,26 @@ fn finish(i: &mut Facts) {
 /// A sampled request's spans, to the exporter.
 #[cold]
 fn finish_trace(i: &Facts, trace: Box<traces::Trace>, duration: std::time::Duration) {
+    let status;
     let error = if let Some(e) = &i.stream_error {
-        Some(
-            if e == "client disconnected" {
-                "client_disconnected"
-            } else {
-                "stream_error"
-            }
-            .to_string(),
-        )
+        Some(if e == "client disconnected" {
+            "client_disconnected"
+        } else {
+            "stream_error"
+        })
     } else if i.status >= 400 {
-        Some(i.status.to_string())
+        status = i.status.to_string();
+        Some(status.as_str())
     } else {
         None
     };
-    traces::finish(traces::Finished {
-        trace,
+    traces::finish(&traces::Finished {
+        trace: &trace,
         start: i.start_wall,
         duration,
         upstream_end: i.upstream_end.map(|e| e.saturating_duration_since(i.t0)),
         operation: "chat",
-        route: i.target.clone(),
+        route: i.target.as_ref(),
         input_tokens: i.usage.input,
         output_tokens: i.usage.output,
         status: i.status,

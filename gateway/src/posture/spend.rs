@@ -227,33 +227,55 @@ fn reserve(route: &Route, body: &[u8]) -> Option<u64> {
 /// (0 without one). Found by a search for `_tokens"` rather than a walk of the body's members
 /// (which was most of a budgeted request's cost): an unescaped quote is never inside a string, so
 /// a match is a member name; one nested deeper (a tool's schema naming such a property) is taken
-/// too, which only makes the reservation an estimate, as it is anyway.
+/// too, which only makes the reservation an estimate, as it is anyway. A small body is searched
+/// for its underscores (a substring search's setup costs more than such a body's scan).
 fn output_cap(body: &[u8]) -> u64 {
+    const NAME_END: &[u8] = b"_tokens\"";
     static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"_tokens\""));
-    for at in FINDER.find_iter(body) {
-        let head = &body[..at];
-        let named = [&b"\"max"[..], b"\"max_completion", b"\"max_output"]
-            .iter()
-            .any(|n| head.ends_with(n));
-        if !named {
-            continue;
-        }
-        let rest = &body[at + 8..];
-        let rest = rest.trim_ascii_start();
-        let Some(rest) = rest.strip_prefix(b":") else {
-            continue;
-        };
-        let rest = rest.trim_ascii_start();
-        let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-        if let Some(n) = std::str::from_utf8(&rest[..digits])
-            .ok()
-            .and_then(|d| d.parse().ok())
-        {
-            return n;
-        }
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(NAME_END));
+    let found = if body.len() <= SMALL_BODY {
+        memchr::memchr_iter(b'_', body)
+            .filter(|&at| body[at..].starts_with(NAME_END))
+            .find_map(|at| cap_at(body, at))
+    } else {
+        FINDER.find_iter(body).find_map(|at| cap_at(body, at))
+    };
+    found.unwrap_or(0)
+}
+
+/// Bodies up to this size are searched by [`output_cap`] for their underscores.
+const SMALL_BODY: usize = 1024;
+
+/// The value of the member whose name ends with the `_tokens"` at `at`, when it is one of the
+/// output caps and a number.
+fn cap_at(body: &[u8], at: usize) -> Option<u64> {
+    let head = &body[..at];
+    // Told apart by their last letter: one comparison (of a known length), not three.
+    fn ends<const N: usize>(head: &[u8], name: &[u8; N]) -> bool {
+        head.len() >= N && head[head.len() - N..] == name[..]
     }
-    0
+    let named = match head.last() {
+        Some(b'x') => ends(head, b"\"max"),
+        Some(b'n') => ends(head, b"\"max_completion"),
+        Some(b't') => ends(head, b"\"max_output"),
+        _ => false,
+    };
+    if !named {
+        return None;
+    }
+    let rest = body[at + 8..].trim_ascii_start().strip_prefix(b":")?;
+    leading_number(rest.trim_ascii_start())
+}
+
+/// The decimal number `s` starts with, if it starts with one that fits a `u64`.
+fn leading_number(s: &[u8]) -> Option<u64> {
+    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    s[..digits].iter().try_fold(0u64, |n, &c| {
+        n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
+    })
 }
 
 /// Nanodollars to whole microdollars, rounded up (what a budget is charged).
@@ -320,6 +342,15 @@ mod tests {
             "inside a string"
         );
         assert_eq!(output_cap(br#"{"prompt_tokens":5}"#), 0);
+        assert_eq!(output_cap(br#"{"max_tokens":99999999999999999999999}"#), 0);
+        assert_eq!(output_cap(br#"{"max_tokens":-1,"max_output_tokens":8}"#), 8);
+        // A large body goes through the substring search, with the same answer.
+        let large = format!(
+            r#"{{"messages":[{{"content":"{}"}}],"a_tokens":1,"max_completion_tokens": 42}}"#,
+            "x_y".repeat(SMALL_BODY)
+        );
+        assert_eq!(output_cap(large.as_bytes()), 42);
+        assert_eq!(output_cap(&large.as_bytes()[..SMALL_BODY]), 0);
     }
 
     #[test]

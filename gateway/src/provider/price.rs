@@ -92,19 +92,16 @@ pub fn write_usd(out: &mut Vec<u8>, nano: u64) {
     out.extend_from_slice(usd(&mut buf, nano));
 }
 
-/// `nano` nanodollars as dollars with nine decimals, written at the end of `buf` (no allocation:
-/// the response header's value).
+/// `nano` nanodollars as dollars with nine decimals, written in `buf` (no allocation: the
+/// response header's value). One pass of digits, zero-padded to ten, and copies of fixed size.
 pub fn usd(buf: &mut [u8; 32], nano: u64) -> &[u8] {
     let mut digits = [b'0'; 20];
-    let start = crate::json::digits_into(&mut digits, nano % 1_000_000_000);
-    // The fraction: nine digits, zero-padded.
-    buf[23..].copy_from_slice(&[b'0'; 9]);
-    buf[32 - (20 - start)..].copy_from_slice(&digits[start..]);
-    buf[22] = b'.';
-    let start = crate::json::digits_into(&mut digits, nano / 1_000_000_000);
-    let whole = 20 - start;
-    buf[22 - whole..22].copy_from_slice(&digits[start..]);
-    &buf[22 - whole..]
+    // At least one whole digit ("0.000012500").
+    let start = crate::json::digits_into(&mut digits, nano).min(10);
+    buf[..11].copy_from_slice(&digits[..11]);
+    buf[11] = b'.';
+    buf[12..21].copy_from_slice(&digits[11..]);
+    &buf[start..21]
 }
 
 #[cfg(test)]
@@ -165,6 +162,16 @@ mod tests {
         out.clear();
         write_usd(&mut out, 0);
         assert_eq!(out, b"0.000000000");
+        for (nano, text) in [
+            (1, "0.000000001"),
+            (999_999_999, "0.999999999"),
+            (1_000_000_000, "1.000000000"),
+            (u64::MAX, "18446744073.709551615"),
+        ] {
+            out.clear();
+            write_usd(&mut out, nano);
+            assert_eq!(out, text.as_bytes());
+        }
         assert_eq!(nano(1499), 1);
         assert_eq!(nano(1500), 2);
     }

@@ -16,7 +16,7 @@ use super::state::{
 /// A request that passed every policy. Holds the concurrency slots until dropped.
 #[derive(Debug, Default)]
 pub struct Admission {
-    pub(super) held: Vec<Arc<PolicyState>>,
+    pub(super) held: Held,
     reserved_tokens: u64,
     settled: bool,
     headers: bool,
@@ -29,7 +29,7 @@ pub struct Admission {
 impl Admission {
     pub(super) fn new(reserved_tokens: u64, headers: bool, shared: bool) -> Admission {
         Admission {
-            held: Vec::new(),
+            held: Held::default(),
             reserved_tokens,
             settled: false,
             headers,
@@ -46,7 +46,7 @@ impl Admission {
             self.settled = true;
             return;
         }
-        for st in self.held.drain(..) {
+        for st in self.held.take() {
             st.local.refund_request();
             st.local.release_slot();
         }
@@ -60,13 +60,15 @@ impl Admission {
             return;
         }
         self.settled = true;
-        let now = now_ns();
         if self.shared {
-            return self.settle_shared(now, actual_tokens);
+            return self.settle_shared(actual_tokens);
         }
-        for st in &self.held {
+        // The clock is read only to charge more than the reservation (a refund needs no time).
+        let mut now = None;
+        for st in self.held.iter() {
             if let Some(t) = &st.local.tokens {
                 if actual_tokens >= self.reserved_tokens {
+                    let now = *now.get_or_insert_with(now_ns);
                     t.charge(now, actual_tokens - self.reserved_tokens);
                 } else {
                     t.refund(self.reserved_tokens - actual_tokens);
@@ -76,7 +78,7 @@ impl Admission {
     }
 
     /// [`Admission::settle`] where each policy's tokens were reserved: its lease or its fallback.
-    fn settle_shared(&self, now: u64, actual: u64) {
+    fn settle_shared(&self, actual: u64) {
         let reserved = self.reserved_tokens;
         for (st, via) in self.held.iter().zip(self.via) {
             let Some(sh) = &st.shared else {
@@ -91,7 +93,7 @@ impl Admission {
             }
             if let (true, Some(t)) = (via & TOK_LOCAL != 0, sh.fallback_tokens()) {
                 if actual >= reserved {
-                    t.charge(now, actual - reserved);
+                    t.charge(now_ns(), actual - reserved);
                 } else {
                     t.refund(reserved - actual);
                 }
@@ -144,8 +146,38 @@ impl Drop for Admission {
         if self.shared {
             return self.release_shared(false);
         }
-        for st in &self.held {
+        for st in self.held.iter() {
             st.local.release_slot();
         }
+    }
+}
+
+/// The policies an admission holds, in the order taken (the key's, then the model's): at most
+/// two, kept inline rather than in a `Vec` (which cost every limited or budgeted request a
+/// malloc and a free).
+#[derive(Debug, Default)]
+pub(super) struct Held([Option<Arc<PolicyState>>; 2]);
+
+impl Held {
+    pub(super) fn push(&mut self, st: Arc<PolicyState>) {
+        let slot = self.0.iter_mut().find(|s| s.is_none());
+        *slot.expect("at most two policies apply to a request") = Some(st);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.0.iter().filter(|s| s.is_some()).count()
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Arc<PolicyState>> {
+        self.0.iter().flatten()
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.0 = [None, None];
+    }
+
+    /// Takes every held policy out.
+    fn take(&mut self) -> impl Iterator<Item = Arc<PolicyState>> {
+        std::mem::take(&mut self.0).into_iter().flatten()
     }
 }

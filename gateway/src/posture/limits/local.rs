@@ -39,7 +39,7 @@ pub(super) fn admit(
         adm.held.push(st.clone());
     }
     // Every check passed: reserve the token estimate.
-    for st in &adm.held {
+    for st in adm.held.iter() {
         if let Some(t) = &st.local.tokens {
             t.charge(now, estimated_tokens);
         }
