@@ -34,9 +34,10 @@ impl SseSplitter {
     pub fn next_event(&mut self) -> Option<SseEvent> {
         loop {
             let (end, sep) = self.find_boundary()?;
-            let raw = self.buf.split_to(end + sep).freeze();
+            let mut raw = self.buf.split_to(end + sep);
+            raw.truncate(end);
             self.scanned = 0;
-            if let Some(ev) = parse_event(raw.slice(..end)) {
+            if let Some(ev) = parse_event(raw.freeze()) {
                 return Some(ev);
             }
         }
@@ -78,47 +79,51 @@ impl SseSplitter {
     }
 }
 
+/// One event's fields from its lines. Lines are walked by index and only the two values kept are
+/// sliced off `raw` at the end: a `Bytes` per line and per field would be a reference count taken
+/// and given back each, several per event.
 fn parse_event(raw: Bytes) -> Option<SseEvent> {
-    let mut event = Bytes::new();
-    let mut data: Option<Bytes> = None;
+    let mut event = (0, 0);
+    let mut data: Option<(usize, usize)> = None;
     let mut extra: Option<Vec<u8>> = None;
     let mut pos = 0;
     while pos < raw.len() {
         let line_end = memchr::memchr2(b'\n', b'\r', &raw[pos..])
             .map(|o| pos + o)
             .unwrap_or(raw.len());
-        let line = raw.slice(pos..line_end);
+        let line = (pos, line_end);
         pos = line_end + 1;
         if pos < raw.len() && raw[line_end] == b'\r' && raw[pos] == b'\n' {
             pos += 1;
         }
-        if line.is_empty() || line[0] == b':' {
+        let text = &raw[line.0..line.1];
+        if text.is_empty() || text[0] == b':' {
             continue;
         }
-        let (field, value) = match memchr::memchr(b':', &line) {
+        let (field, value) = match memchr::memchr(b':', text) {
             Some(c) => {
-                let v = if line.get(c + 1) == Some(&b' ') {
+                let v = if text.get(c + 1) == Some(&b' ') {
                     c + 2
                 } else {
                     c + 1
                 };
-                (line.slice(..c), line.slice(v..))
+                (&text[..c], (line.0 + v, line.1))
             }
-            None => (line.clone(), Bytes::new()),
+            None => (text, (line.1, line.1)),
         };
-        match &field[..] {
+        match field {
             b"event" => event = value,
             b"data" => match (&mut data, &mut extra) {
                 (None, _) => data = Some(value),
                 (Some(first), None) => {
-                    let mut v = first.to_vec();
+                    let mut v = raw[first.0..first.1].to_vec();
                     v.push(b'\n');
-                    v.extend_from_slice(&value);
+                    v.extend_from_slice(&raw[value.0..value.1]);
                     extra = Some(v);
                 }
                 (Some(_), Some(v)) => {
                     v.push(b'\n');
-                    v.extend_from_slice(&value);
+                    v.extend_from_slice(&raw[value.0..value.1]);
                 }
             },
             _ => {}
@@ -126,7 +131,15 @@ fn parse_event(raw: Bytes) -> Option<SseEvent> {
     }
     let data = match extra {
         Some(v) => Bytes::from(v),
-        None => data?,
+        None => {
+            let (s, e) = data?;
+            raw.slice(s..e)
+        }
+    };
+    let event = if event.0 == event.1 {
+        Bytes::new()
+    } else {
+        raw.slice(event.0..event.1)
     };
     Some(SseEvent { event, data })
 }
@@ -167,5 +180,25 @@ mod tests {
         let mut s = SseSplitter::default();
         s.push(b"data: a\ndata: b\n\n");
         assert_eq!(&s.next_event().unwrap().data[..], b"a\nb");
+    }
+
+    #[test]
+    fn reads_fields_as_written() {
+        let mut s = SseSplitter::default();
+        s.push(b"id: 1\r\nevent:x\r\ndata:{}\r\nretry: 5\r\n\r\n");
+        s.push(
+            b"event\ndata\n\n: only a comment\n\nevent: y\nevent: z\ndata: 1\ndata:\ndata: 2\n\n",
+        );
+        let e = s.next_event().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b"x"[..], &b"{}"[..]));
+        let e = s.next_event().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b""[..], &b""[..]));
+        let e = s.next_event().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b"z"[..], &b"1\n\n2"[..]));
+        assert!(s.next_event().is_none());
+        s.push(b"event: last\ndata: [DONE]");
+        assert!(s.next_event().is_none());
+        let e = s.finish().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b"last"[..], &b"[DONE]"[..]));
     }
 }
