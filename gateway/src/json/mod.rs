@@ -46,86 +46,361 @@ pub fn scan_object<const N: usize>(
     body: &[u8],
     keys: [&str; N],
 ) -> Result<[Option<(usize, usize)>; N], ScanError> {
-    scan_object_collecting(body, keys, None)
+    scan(body, keys, 0, &mut Check, None)
 }
 
-/// [`scan_object`], and also the span of every string value (quotes included) of a member whose
-/// name is, as written, `strings_named.0`, at any depth, pushed on `strings_named.1` in document
-/// order: a native stream frame is checked and its model names found in the one pass.
-pub fn scan_object_collecting<const N: usize>(
+/// [`scan_object`] of a native stream frame fused with its copy: the checked document is appended
+/// to `out` on the way, with the string value (quotes included) of every member whose name is, as
+/// written, `rename.0`, at any depth, replaced by `rename.1` (a stream frame's model renamed). One
+/// pass over the bytes: each renamed span is written as the scan reaches it and the rest is copied
+/// in runs, so no list of spans is kept and the frame is not walked a second time to copy it.
+///
+/// `memo` carries what the last document of the same stream taught: the frames of a stream repeat
+/// their envelope (OpenAI's chat chunks start with the same id, object, created, model and
+/// fingerprint, about 150 of their 200-odd bytes), and a prefix that is byte for byte the one
+/// already read is not read again but resumed from ([`Memo`]); the result is the same either way.
+///
+/// Duplicates of a member in `keys` are refused as [`scan_object`] refuses them (serde's rule for
+/// a struct's fields), except for the keys whose bit is set in `repeatable` (bit `i` for
+/// `keys[i]`): for those the first one's span is returned (a member located, not a field read).
+/// When the document is refused, `out` is left as it was.
+pub fn copy_object_renaming<const N: usize>(
+    out: &mut BytesMut,
     body: &[u8],
     keys: [&str; N],
-    strings_named: Option<(&str, &mut Vec<(usize, usize)>)>,
+    repeatable: u32,
+    rename: (&str, &[u8]),
+    memo: &mut Memo,
 ) -> Result<[Option<(usize, usize)>; N], ScanError> {
-    let (collect_name, collect) = match strings_named {
-        Some((n, v)) => (n.as_bytes(), Some(v)),
-        None => (&b""[..], None),
+    const {
+        assert!(
+            N <= MEMO_KEYS,
+            "a memo keeps the spans of at most MEMO_KEYS keys"
+        )
     };
+    let mark = out.len();
+    let resume = memo.resume::<N>(body);
+    let mut sink = Renaming {
+        name: rename.0.as_bytes(),
+        to: rename.1,
+        out,
+        copied: 0,
+        memo,
+        recording: true,
+    };
+    let mut from = None;
+    if let Some((at, found, renames)) = resume {
+        for k in 0..renames {
+            let (s, e) = sink.memo.renames[k];
+            sink.replace(body, s as usize, e as usize);
+        }
+        from = Some((at, found));
+    }
+    match scan(body, keys, repeatable, &mut sink, from) {
+        Ok(found) => {
+            sink.out.extend_from_slice(&body[sink.copied..]);
+            sink.memo.keep(body, resume.map_or(0, |(at, ..)| at));
+            Ok(found)
+        }
+        Err(e) => {
+            sink.out.truncate(mark);
+            sink.memo.forget();
+            Err(e)
+        }
+    }
+}
+
+/// The spans of a scan's keys (`None` for a key not found).
+type Spans<const N: usize> = [Option<(usize, usize)>; N];
+
+/// How many bytes of a document's head a [`Memo`] keeps, the top-level members it can resume at
+/// (their starts within the head), the renamed strings it keeps, and the keys it knows the spans
+/// of ([`copy_object_renaming`]'s `keys`).
+const MEMO_HEAD: usize = 256;
+const MEMO_MARKS: usize = 8;
+const MEMO_RENAMES: usize = 4;
+const MEMO_KEYS: usize = 2;
+
+/// The head of the last document [`copy_object_renaming`] read, and the places in it where a scan
+/// can resume: the start of each top-level member's name (within the first [`MEMO_HEAD`] bytes),
+/// with the spans of `keys` found before it and the renamed strings before it. What the scan knows
+/// at such a place depends only on the bytes before it (and the `"` there), so a document whose
+/// first bytes are the same, up to and including that `"`, is read from there with the same
+/// knowledge, and comes out the same as if read whole. Inline, so that it costs a stream no
+/// allocation (about 400 bytes in the stream's state).
+#[derive(Clone)]
+pub struct Memo {
+    head: [u8; MEMO_HEAD],
+    /// How much of `head` is the last document's (up to and including its last mark's `"`).
+    len: usize,
+    marks: [Mark; MEMO_MARKS],
+    n_marks: usize,
+    /// The renamed strings of the head, in order (spans in the document, quotes included).
+    renames: [(u16, u16); MEMO_RENAMES],
+    n_renames: usize,
+}
+
+/// A place where a scan can resume: a top-level member's name starts at `at`.
+#[derive(Clone, Copy, Default)]
+struct Mark {
+    at: u16,
+    /// How many of [`Memo::renames`] lie before it.
+    renames: u8,
+    found: [Option<(u16, u16)>; MEMO_KEYS],
+}
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo {
+            head: [0; MEMO_HEAD],
+            len: 0,
+            marks: [Mark::default(); MEMO_MARKS],
+            n_marks: 0,
+            renames: [(0, 0); MEMO_RENAMES],
+            n_renames: 0,
+        }
+    }
+}
+
+impl Memo {
+    /// The last mark that `body` shares the bytes up to, its `"` included: where to resume, the
+    /// spans found before it and how many renamed strings lie before it. The marks after it and
+    /// their renames are dropped (the scan records them again as it passes them); the head's
+    /// bytes before it stay, being `body`'s.
+    fn resume<const N: usize>(&mut self, body: &[u8]) -> Option<(usize, Spans<N>, usize)> {
+        let same = common_prefix(&self.head[..self.len], body);
+        let k = self.marks[..self.n_marks]
+            .iter()
+            .rposition(|m| (m.at as usize) < same);
+        let Some(k) = k else {
+            self.n_marks = 0;
+            self.n_renames = 0;
+            return None;
+        };
+        let m = self.marks[k];
+        self.n_marks = k;
+        self.n_renames = m.renames as usize;
+        let mut found = [None; N];
+        for (f, m) in found.iter_mut().zip(m.found) {
+            *f = m.map(|(s, e)| (s as usize, e as usize));
+        }
+        Some((m.at as usize, found, m.renames as usize))
+    }
+
+    /// After a document was read whole: its head, up to its last mark, is kept (the bytes before
+    /// `same`, where the scan resumed, are there already).
+    fn keep(&mut self, body: &[u8], same: usize) {
+        let len = match self.n_marks {
+            0 => 0,
+            n => self.marks[n - 1].at as usize + 1,
+        };
+        if len > same {
+            self.head[same..len].copy_from_slice(&body[same..len]);
+        }
+        self.len = len;
+    }
+
+    /// After a document was refused: nothing is resumed from it.
+    fn forget(&mut self) {
+        self.len = 0;
+        self.n_marks = 0;
+        self.n_renames = 0;
+    }
+}
+
+/// How many first bytes `a` and `b` share, compared eight at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("eight bytes"))
+            ^ u64::from_le_bytes(b[i..i + 8].try_into().expect("eight bytes"));
+        if x != 0 {
+            return i + x.trailing_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// What a scan does with the string values of the members it is told to watch: nothing for
+/// [`scan_object`] (monomorphized away), the renaming copy for [`copy_object_renaming`].
+trait Sink {
+    /// Whether the value of a member named `name` (as written; `escaped` when it has escapes,
+    /// which are then decoded before comparing) is handed to [`Sink::string`] if it is a string.
+    fn watches(&self, name: &[u8], escaped: bool) -> bool;
+    /// The string value of a watched member, at `start..end` of the document (quotes included).
+    fn string(&mut self, body: &[u8], start: usize, end: usize);
+    /// A top-level member's name starts at `at`; `found` are the spans of the keys before it.
+    fn mark<const N: usize>(&mut self, at: usize, found: &[Option<(usize, usize)>; N]);
+}
+
+/// [`scan_object`]'s sink: watches nothing.
+struct Check;
+
+impl Sink for Check {
+    #[inline(always)]
+    fn watches(&self, _: &[u8], _: bool) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn string(&mut self, _: &[u8], _: usize, _: usize) {}
+    #[inline(always)]
+    fn mark<const N: usize>(&mut self, _: usize, _: &[Option<(usize, usize)>; N]) {}
+}
+
+/// [`copy_object_renaming`]'s sink: the document up to each watched string is copied, then the
+/// replacement in its place; the marks and renames of the head go to the memo.
+struct Renaming<'o> {
+    name: &'o [u8],
+    to: &'o [u8],
+    out: &'o mut BytesMut,
+    /// How much of the document is in `out` already.
+    copied: usize,
+    memo: &'o mut Memo,
+    /// Whether marks are still recorded: not past a rename the memo has no room for.
+    recording: bool,
+}
+
+impl Renaming<'_> {
+    #[inline(always)]
+    fn replace(&mut self, body: &[u8], start: usize, end: usize) {
+        self.out.extend_from_slice(&body[self.copied..start]);
+        self.out.extend_from_slice(self.to);
+        self.copied = end;
+    }
+}
+
+impl Sink for Renaming<'_> {
+    /// Length and first byte are compared before the bytes, which spares most names a `memcmp`.
+    #[inline(always)]
+    fn watches(&self, name: &[u8], escaped: bool) -> bool {
+        let want = self.name;
+        if escaped {
+            return decoded_is(name, want);
+        }
+        name.len() == want.len() && name.first() == want.first() && name == want
+    }
+
+    #[inline(always)]
+    fn string(&mut self, body: &[u8], start: usize, end: usize) {
+        self.replace(body, start, end);
+        if self.recording {
+            let m = &mut *self.memo;
+            if m.n_renames < MEMO_RENAMES && end <= MEMO_HEAD {
+                m.renames[m.n_renames] = (start as u16, end as u16);
+                m.n_renames += 1;
+            } else {
+                self.recording = false;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn mark<const N: usize>(&mut self, at: usize, found: &[Option<(usize, usize)>; N]) {
+        let m = &mut *self.memo;
+        if !self.recording || at >= MEMO_HEAD || m.n_marks == MEMO_MARKS {
+            return;
+        }
+        let mut kept = [None; MEMO_KEYS];
+        for (k, f) in kept.iter_mut().zip(found) {
+            // Spans before `at` (< MEMO_HEAD) fit.
+            *k = f.map(|(s, e)| (s as u16, e as u16));
+        }
+        m.marks[m.n_marks] = Mark {
+            at: at as u16,
+            renames: m.n_renames as u8,
+            found: kept,
+        };
+        m.n_marks += 1;
+    }
+}
+
+/// The one scan behind [`scan_object`] and [`copy_object_renaming`]; `resume` is where to start
+/// instead of the beginning (a top-level member's name) and the spans found before it.
+#[inline(always)]
+fn scan<const N: usize, S: Sink>(
+    body: &[u8],
+    keys: [&str; N],
+    repeatable: u32,
+    sink: &mut S,
+    resume: Option<(usize, Spans<N>)>,
+) -> Result<[Option<(usize, usize)>; N], ScanError> {
     let mut c = Cursor {
         b: body,
         i: 0,
-        collect_name,
-        collect,
+        sink,
         collecting: false,
     };
     let mut found = [None; N];
-    c.ws();
-    if c.peek() != b'{' {
-        return Err(c.syntax("a JSON object"));
-    }
-    c.i += 1;
-    c.ws();
-    if c.peek() == b'}' {
-        c.i += 1;
+    let mut members = true;
+    if let Some((at, before)) = resume {
+        c.i = at;
+        found = before;
     } else {
-        loop {
-            if c.peek() != b'"' {
-                return Err(c.syntax("a member name"));
-            }
-            let name_start = c.i + 1;
-            let escaped = c.string()?;
-            let name = &body[name_start..c.i - 1];
-            c.ws();
-            if c.peek() != b':' {
-                return Err(c.syntax("`:`"));
-            }
+        c.ws();
+        if c.peek() != b'{' {
+            return Err(c.syntax("a JSON object"));
+        }
+        c.i += 1;
+        c.ws();
+        if c.peek() == b'}' {
             c.i += 1;
-            c.ws();
-            let start = c.i;
-            c.collecting = c.collects(name, escaped);
-            c.value(1)?;
-            let end = c.i;
-            let which = if escaped {
-                let at = name_start;
-                let name = decode_str(name).map_err(|what| ScanError::Syntax { what, at })?;
-                keys.iter().position(|k| *k == name)
-            } else {
-                if !name.is_ascii() && std::str::from_utf8(name).is_err() {
-                    return Err(ScanError::Syntax {
-                        what: "a UTF-8 member name",
-                        at: name_start,
-                    });
-                }
-                keys.iter().position(|k| k.as_bytes() == name)
-            };
-            if let Some(k) = which {
-                if found[k].is_some() {
-                    return Err(ScanError::Duplicate(k));
-                }
+            members = false;
+        }
+    }
+    while members {
+        if c.peek() != b'"' {
+            return Err(c.syntax("a member name"));
+        }
+        c.sink.mark(c.i, &found);
+        let name_start = c.i + 1;
+        let escaped = c.string()?;
+        let name = &body[name_start..c.i - 1];
+        c.ws();
+        if c.peek() != b':' {
+            return Err(c.syntax("`:`"));
+        }
+        c.i += 1;
+        c.ws();
+        let start = c.i;
+        c.collecting = c.sink.watches(name, escaped);
+        c.value(1)?;
+        let end = c.i;
+        let which = if escaped {
+            let at = name_start;
+            let name = decode_str(name).map_err(|what| ScanError::Syntax { what, at })?;
+            keys.iter().position(|k| *k == name)
+        } else {
+            if !name.is_ascii() && std::str::from_utf8(name).is_err() {
+                return Err(ScanError::Syntax {
+                    what: "a UTF-8 member name",
+                    at: name_start,
+                });
+            }
+            keys.iter().position(|k| k.as_bytes() == name)
+        };
+        if let Some(k) = which {
+            if found[k].is_none() {
                 found[k] = Some((start, end));
+            } else if repeatable >> k & 1 == 0 {
+                return Err(ScanError::Duplicate(k));
             }
-            c.ws();
-            match c.peek() {
-                b',' => {
-                    c.i += 1;
-                    c.ws();
-                }
-                b'}' => {
-                    c.i += 1;
-                    break;
-                }
-                _ => return Err(c.syntax("`,` or `}`")),
+        }
+        c.ws();
+        match c.peek() {
+            b',' => {
+                c.i += 1;
+                c.ws();
             }
+            b'}' => {
+                c.i += 1;
+                members = false;
+            }
+            _ => return Err(c.syntax("`,` or `}`")),
         }
     }
     c.ws();
@@ -288,18 +563,17 @@ fn hex4(digits: Option<&[u8]>) -> Option<u16> {
     Some(n)
 }
 
-/// A position in a document being checked, and what it collects on the way.
-struct Cursor<'a, 'c> {
+/// A position in a document being checked, and what is done on the way.
+struct Cursor<'a, 's, S> {
     b: &'a [u8],
     i: usize,
-    /// Members whose string values are collected, and where they go.
-    collect_name: &'c [u8],
-    collect: Option<&'c mut Vec<(usize, usize)>>,
-    /// The value about to be read is one to collect.
+    /// What is done with the string values of watched members.
+    sink: &'s mut S,
+    /// The value about to be read is a watched member's.
     collecting: bool,
 }
 
-impl Cursor<'_, '_> {
+impl<S: Sink> Cursor<'_, '_, S> {
     /// The byte at the cursor, 0 past the end (0 is never valid where a token is expected).
     #[inline]
     fn peek(&self) -> u8 {
@@ -315,21 +589,6 @@ impl Cursor<'_, '_> {
                 _ => return,
             }
         }
-    }
-
-    /// Whether the value of a member named `name` (as written; `escaped` when it has escapes, which
-    /// are then decoded before comparing) is one to collect. Length and first byte are compared
-    /// before the bytes, which spares most names a `memcmp`.
-    #[inline(always)]
-    fn collects(&self, name: &[u8], escaped: bool) -> bool {
-        let want = self.collect_name;
-        if escaped {
-            return self.collect.is_some() && decoded_is(name, want);
-        }
-        self.collect.is_some()
-            && name.len() == want.len()
-            && name.first() == want.first()
-            && name == want
     }
 
     #[cold]
@@ -349,9 +608,7 @@ impl Cursor<'_, '_> {
                     let start = self.i;
                     self.string()?;
                     if self.collecting {
-                        if let Some(v) = self.collect.as_deref_mut() {
-                            v.push((start, self.i));
-                        }
+                        self.sink.string(self.b, start, self.i);
                     }
                 }
                 c @ (b'{' | b'[') => {
@@ -414,7 +671,7 @@ impl Cursor<'_, '_> {
         }
         let start = self.i + 1;
         let escaped = self.string()?;
-        self.collecting = self.collects(&self.b[start..self.i - 1], escaped);
+        self.collecting = self.sink.watches(&self.b[start..self.i - 1], escaped);
         self.ws();
         if self.peek() != b':' {
             return Err(self.syntax("`:`"));
@@ -537,17 +794,6 @@ impl Cursor<'_, '_> {
     }
 }
 
-/// Copies `data` to `out` with each of `spans` (ascending, not overlapping) replaced by `to`.
-pub fn copy_replacing(out: &mut BytesMut, data: &[u8], spans: &[(usize, usize)], to: &[u8]) {
-    let mut pos = 0;
-    for &(s, e) in spans {
-        out.extend_from_slice(&data[pos..s]);
-        out.extend_from_slice(to);
-        pos = e;
-    }
-    out.extend_from_slice(&data[pos..]);
-}
-
 /// End (exclusive) of the JSON string literal starting at `start`, if one starts there. Most
 /// strings are short (keys, ids): the first 32 bytes are searched eight at a time, the rest of a
 /// long one with memchr's vector search.
@@ -642,16 +888,86 @@ mod tests {
     }
 
     #[test]
-    fn collects_model_strings_at_any_depth_and_renames_them() {
+    fn renames_model_strings_at_any_depth_while_copying() {
         let data = br#"{"message":{"model": "up-2024","x":{"model":"o\"q","t":"say \"model\":\"x\""}},"model":"up","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"esc"}"#;
-        let mut spans = Vec::new();
-        let [error] = scan_object_collecting(data, ["error"], Some(("model", &mut spans))).unwrap();
+        let mut out = BytesMut::from(&b"data: "[..]);
+        let [error] = copy_object_renaming(
+            &mut out,
+            data,
+            ["error"],
+            0,
+            ("model", br#""alias""#),
+            &mut Memo::default(),
+        )
+        .unwrap();
         assert_eq!(error, None);
-        let mut out = BytesMut::new();
-        copy_replacing(&mut out, data, &spans, br#""alias""#);
+        let out = out.split_off(6);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"alias"}"#
         );
+    }
+
+    /// A memo changes nothing but the work: a stream of frames that share envelopes of every
+    /// length (and broken ones among them) reads the same with a memo kept from frame to frame as
+    /// with a fresh one each time.
+    #[test]
+    fn a_memo_reads_every_frame_as_a_fresh_scan_does() {
+        let bases: [&[u8]; 5] = [
+            br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}],"obfuscation":"ab"}"#,
+            br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[],"usage":{"prompt_tokens":1},"model":"again"}"#,
+            br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x\"model\""}}"#,
+            br#" { "id" : "c", "model" : "m", "error" : null , "x":{"model":"n"},"model":"o","model":"p","model":"q" } "#,
+            br#"{"a":"b","mod\u0065l":"m","choices":[1],"choices":[2],"error":{"model":"z"},"c":1}"#,
+        ];
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut memo = Memo::default();
+        let mut ok = 0;
+        for _ in 0..20_000 {
+            let mut f = bases[rand(bases.len())].to_vec();
+            match rand(6) {
+                0 => {}
+                1 => {
+                    let at = rand(f.len());
+                    f[at] = b"\" :,{}[]0a\\x\n\x01"[rand(14)];
+                }
+                2 => f.truncate(rand(f.len() + 1)),
+                3 => {
+                    let at = rand(f.len());
+                    f.insert(at, b" \"9,"[rand(4)]);
+                }
+                4 => {
+                    let at = rand(f.len());
+                    f.remove(at);
+                }
+                _ => {
+                    let at = rand(f.len());
+                    f[at..].reverse();
+                }
+            }
+            let run = |memo: &mut Memo| {
+                let mut out = BytesMut::from(&b"x"[..]);
+                let r = copy_object_renaming(
+                    &mut out,
+                    &f,
+                    ["error", "choices"],
+                    0b10,
+                    ("model", b"\"alias\""),
+                    memo,
+                );
+                (r, out)
+            };
+            let kept = run(&mut memo);
+            let fresh = run(&mut Memo::default());
+            assert_eq!(kept, fresh, "{}", String::from_utf8_lossy(&f));
+            ok += kept.0.is_ok() as usize;
+        }
+        assert!(ok > 5_000, "enough valid frames: {ok}");
     }
 }
