@@ -563,6 +563,29 @@ fn hex4(digits: Option<&[u8]>) -> Option<u16> {
     Some(n)
 }
 
+/// Which open containers are objects, a bit per level: [`MAX_DEPTH`] levels in two words, each
+/// level's bit in one of them (a `u128` shifted by a variable amount costs a dozen instructions
+/// per container opened and per element closed; a word's shift one).
+struct Kinds([u64; 2]);
+
+impl Kinds {
+    #[inline(always)]
+    fn set(&mut self, level: usize, object: bool) {
+        let word = &mut self.0[level >> 6 & 1];
+        let bit = 1u64 << (level & 63);
+        if object {
+            *word |= bit;
+        } else {
+            *word &= !bit;
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, level: usize) -> bool {
+        self.0[level >> 6 & 1] >> (level & 63) & 1 == 1
+    }
+}
+
 /// A position in a document being checked, and what is done on the way.
 struct Cursor<'a, 's, S> {
     b: &'a [u8],
@@ -600,7 +623,7 @@ impl<S: Sink> Cursor<'_, '_, S> {
     /// stands in is nested. Containers are walked with a stack of bits, not recursion.
     fn value(&mut self, depth: usize) -> Result<(), ScanError> {
         // Bit k: whether the container opened k levels below `depth` is an object.
-        let mut objects: u128 = 0;
+        let mut objects = Kinds([0; 2]);
         let mut open = 0usize;
         'value: loop {
             match self.peek() {
@@ -617,7 +640,7 @@ impl<S: Sink> Cursor<'_, '_, S> {
                         return Err(ScanError::TooDeep);
                     }
                     let object = c == b'{';
-                    objects = objects & !(1 << open) | (object as u128) << open;
+                    objects.set(open, object);
                     open += 1;
                     self.i += 1;
                     self.ws();
@@ -641,7 +664,7 @@ impl<S: Sink> Cursor<'_, '_, S> {
             // After a complete value: close what ends here, or go on to the next element.
             while open > 0 {
                 self.ws();
-                let object = objects >> (open - 1) & 1 == 1;
+                let object = objects.get(open - 1);
                 match (self.peek(), object) {
                     (b',', _) => {
                         self.i += 1;
@@ -969,5 +992,33 @@ mod tests {
             ok += kept.0.is_ok() as usize;
         }
         assert!(ok > 5_000, "enough valid frames: {ok}");
+    }
+
+    /// Objects and arrays alternating across the two words of [`Kinds`]: every closing bracket
+    /// must match its container's kind at every level.
+    #[test]
+    fn containers_close_by_their_kind_at_every_depth() {
+        for n in [1usize, 30, 62, 63, 64, 65, 66, 100, 126] {
+            let mut doc = String::from("{\"x\":");
+            for k in 0..n {
+                doc.push_str(if k % 2 == 0 { "[" } else { "{\"a\":" });
+            }
+            doc.push('1');
+            for k in (0..n).rev() {
+                doc.push(if k % 2 == 0 { ']' } else { '}' });
+            }
+            doc.push('}');
+            assert!(scan_object(doc.as_bytes(), ["x"]).is_ok(), "depth {n}");
+            // Each closing bracket in turn swapped for the other kind.
+            let closes: Vec<usize> = doc.match_indices([']', '}']).map(|(i, _)| i).collect();
+            for &at in &closes[..closes.len() - 1] {
+                let mut bad = doc.clone().into_bytes();
+                bad[at] = if bad[at] == b']' { b'}' } else { b']' };
+                assert!(
+                    scan_object(&bad, ["x"]).is_err(),
+                    "depth {n}, swapped at {at}"
+                );
+            }
+        }
     }
 }
