@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -328,5 +329,84 @@ fn request_targets_are_written_as_their_display() {
             format!("GET {uri} HTTP/1.1\r\n"),
             "{target:?}"
         );
+    }
+}
+
+/// The `Date` line of the first answer head in `text` after `from`.
+fn date_after(text: &str, from: usize) -> (&str, usize) {
+    let at = from + text[from..].find("\r\ndate: ").expect("a date line") + 8;
+    let end = at + text[at..].find("\r\n").unwrap();
+    (&text[at..end], end)
+}
+
+// third_party/README.md: the server refreshes its cached `Date` only when a head can be written,
+// not on every poll while a body streams. An answer that follows a long streamed one on the same
+// connection (here pipelined behind it, so that its head may be written in the poll that ends
+// the stream) still carries the time it was written, not the time the stream began.
+#[test]
+fn an_answer_after_a_long_stream_has_a_fresh_date() {
+    on_loopback(|listener, addr| async move {
+        let server = async move {
+            let (io, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                let body = if req.uri().path() == "/stream" {
+                    http_body_util::Either::Left(Paused {
+                        sent: 0,
+                        pause: Box::pin(tokio::time::sleep(Duration::from_millis(1300))),
+                    })
+                } else {
+                    http_body_util::Either::Right(Full::new(Bytes::from_static(b"after")))
+                };
+                Ok::<_, Infallible>(Response::new(body))
+            });
+            hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(io), service)
+                .await
+                .unwrap();
+        };
+        let client = async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(
+                b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\nGET /after HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let mut answer = Vec::new();
+            s.read_to_end(&mut answer).await.unwrap();
+            let answer = String::from_utf8(answer).unwrap();
+            let (first, end) = date_after(&answer, 0);
+            let (second, _) = date_after(&answer, end);
+            assert!(answer.ends_with("after"), "{answer}");
+            assert_ne!(first, second, "{answer}");
+        };
+        tokio::join!(server, client);
+    })
+}
+
+/// A streamed body: a chunk, a pause, another chunk, the end.
+struct Paused {
+    sent: u8,
+    pause: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for Paused {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        let chunk = match self.sent {
+            0 => "one",
+            1 => {
+                std::task::ready!(self.pause.as_mut().poll(cx));
+                "two"
+            }
+            _ => return Poll::Ready(None),
+        };
+        self.sent += 1;
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(
+            chunk.as_bytes(),
+        )))))
     }
 }
