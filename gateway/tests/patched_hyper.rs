@@ -410,3 +410,73 @@ impl hyper::body::Body for Paused {
         )))))
     }
 }
+
+/// A future that counts its polls.
+struct Polls<F> {
+    fut: Pin<Box<F>>,
+    count: Arc<AtomicUsize>,
+}
+
+impl<F: Future> Future for Polls<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.fut.as_mut().poll(cx)
+    }
+}
+
+// third_party/README.md: taking a chunk off a body channel wakes the sender's task only if it is
+// waiting for room. A client connection relaying a streamed answer, chunk by chunk as the reader
+// takes them, is polled about once per chunk (its socket's readiness), not twice (the socket and
+// the take of the chunk it had just sent).
+#[test]
+fn a_taken_chunk_wakes_no_sender_that_is_not_waiting() {
+    const CHUNKS: usize = 20;
+    on_loopback(|listener, addr| async move {
+        let upstream = async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_through(&mut s, b"\r\n\r\n").await.unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            for _ in 0..CHUNKS {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                s.write_all(b"5\r\nevent\r\n").await.unwrap();
+            }
+            s.write_all(b"0\r\n\r\n").await.unwrap();
+        };
+        let client = async move {
+            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut tx, conn) =
+                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
+                    .await
+                    .unwrap();
+            let polls = Arc::new(AtomicUsize::new(0));
+            let conn = tokio::spawn(Polls {
+                fut: Box::pin(conn),
+                count: polls.clone(),
+            });
+            let req = Request::builder()
+                .uri("/")
+                .header("host", "x")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let mut body = tx.send_request(req).await.unwrap().into_body();
+            let at_head = polls.load(Ordering::SeqCst);
+            let mut got = 0;
+            while let Some(frame) = body.frame().await {
+                got += frame.unwrap().into_data().map_or(0, |d| d.len());
+            }
+            assert_eq!(got, 5 * CHUNKS);
+            let per_chunk = (polls.load(Ordering::SeqCst) - at_head) as f64 / CHUNKS as f64;
+            drop(tx);
+            let _ = conn.await;
+            per_chunk
+        };
+        let ((), per_chunk) = tokio::join!(upstream, client);
+        assert!(
+            per_chunk < 1.5,
+            "{per_chunk} polls of the connection per chunk"
+        );
+    })
+}
