@@ -32,9 +32,12 @@ fn main() {
     t.drop_usage = drop_usage;
     let mut splitter = SseSplitter::default();
     let mut out = BytesMut::with_capacity(1024);
+    // Stands for hyper's read buffer, from which a chunk's data is split off as a `Bytes`.
+    let mut read_buf = BytesMut::with_capacity(8192);
     let mut sent = 0usize;
     for _ in 0..n {
-        splitter.push(std::hint::black_box(FRAME));
+        read_buf.extend_from_slice(std::hint::black_box(FRAME));
+        splitter.push_bytes(read_buf.split().freeze());
         while let Some(ev) = splitter.next_event() {
             t.on_event(&ev, &mut out)
                 .expect("the mock's frame is valid");

@@ -23,15 +23,51 @@ pub struct SseSplitter {
     buf: BytesMut,
     /// How far the buffer was already searched for an event boundary.
     scanned: usize,
+    /// Bytes received whole ([`SseSplitter::push_bytes`]) while nothing was buffered: events
+    /// are split off them without a copy, and what is left without a boundary goes to `buf`.
+    whole: Bytes,
 }
 
 impl SseSplitter {
     pub fn push(&mut self, data: &[u8]) {
+        self.buffer_whole(false);
         self.buf.extend_from_slice(data);
+    }
+
+    /// [`SseSplitter::push`] of bytes the caller owns: an upstream read usually holds whole events
+    /// (one each, on a paced stream), which are then sliced off those bytes rather than copied
+    /// into the buffer and split off it (a copy, a reserve and a split per event).
+    pub fn push_bytes(&mut self, data: Bytes) {
+        if self.buf.is_empty() && self.whole.is_empty() {
+            self.whole = data;
+        } else {
+            self.push(&data);
+        }
+    }
+
+    /// Moves what is left of `whole` into the buffer (empty while there is a `whole`), marked as
+    /// searched for a boundary when it was.
+    fn buffer_whole(&mut self, searched: bool) {
+        if !self.whole.is_empty() {
+            self.buf.extend_from_slice(&self.whole);
+            self.scanned = if searched { self.buf.len() } else { 0 };
+            self.whole = Bytes::new();
+        }
     }
 
     /// The next complete event, if the buffer holds one. Comment-only and empty events are skipped.
     pub fn next_event(&mut self) -> Option<SseEvent> {
+        while !self.whole.is_empty() {
+            let Some((end, sep)) = boundary(&self.whole, 0) else {
+                self.buffer_whole(true);
+                return None;
+            };
+            let mut raw = self.whole.split_to(end + sep);
+            raw.truncate(end);
+            if let Some(ev) = parse_event(raw) {
+                return Some(ev);
+            }
+        }
         loop {
             let (end, sep) = self.find_boundary()?;
             let mut raw = self.buf.split_to(end + sep);
@@ -45,6 +81,7 @@ impl SseSplitter {
 
     /// Whatever is left when the upstream closes (an event without its final blank line).
     pub fn finish(&mut self) -> Option<SseEvent> {
+        self.buffer_whole(false);
         if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
             return None;
         }
@@ -53,30 +90,36 @@ impl SseSplitter {
     }
 
     fn find_boundary(&mut self) -> Option<(usize, usize)> {
-        // Boundaries are "\n\n", "\r\n\r\n" or "\r\r"; look for the first blank line.
-        let from = self.scanned.saturating_sub(3);
-        let b = &self.buf[..];
-        let mut i = from;
-        while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
-            let p = i + off;
-            let rest = &b[p..];
-            if rest.starts_with(b"\n\n") {
-                return Some((p, 2));
-            }
-            if rest.starts_with(b"\r\n\r\n") {
-                return Some((p, 4));
-            }
-            if rest.starts_with(b"\n\r\n") {
-                return Some((p, 3));
-            }
-            if rest.starts_with(b"\r\r") {
-                return Some((p, 2));
-            }
-            i = p + 1;
+        let found = boundary(&self.buf, self.scanned.saturating_sub(3));
+        if found.is_none() {
+            self.scanned = self.buf.len();
         }
-        self.scanned = b.len();
-        None
+        found
     }
+}
+
+/// The first event boundary in `b` at or after `from`: where the blank line starts and how long
+/// the line end and blank line are. Boundaries are "\n\n", "\r\n\r\n", "\n\r\n" or "\r\r".
+fn boundary(b: &[u8], from: usize) -> Option<(usize, usize)> {
+    let mut i = from;
+    while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
+        let p = i + off;
+        let rest = &b[p..];
+        if rest.starts_with(b"\n\n") {
+            return Some((p, 2));
+        }
+        if rest.starts_with(b"\r\n\r\n") {
+            return Some((p, 4));
+        }
+        if rest.starts_with(b"\n\r\n") {
+            return Some((p, 3));
+        }
+        if rest.starts_with(b"\r\r") {
+            return Some((p, 2));
+        }
+        i = p + 1;
+    }
+    None
 }
 
 /// One event's fields from its lines. Lines are walked by index and only the two values kept are
@@ -157,6 +200,42 @@ pub fn write_event(out: &mut BytesMut, name: &str, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The splitter fed `pieces` by both pushes, whatever came before: the same events.
+    #[test]
+    fn both_pushes_split_alike() {
+        let stream: &[u8] = b"event: a\ndata: {\"x\":1}\n\ndata: 2\r\n\r\n: c\n\ndata: 3\r\rdata: 4\n\r\ndata: 5\n\ndata: [DONE]";
+        let events = |s: &mut SseSplitter, out: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+            while let Some(e) = s.next_event() {
+                out.push((e.event.to_vec(), e.data.to_vec()));
+            }
+        };
+        let mut want = Vec::new();
+        let mut s = SseSplitter::default();
+        s.push(stream);
+        events(&mut s, &mut want);
+        let last = s.finish().map(|e| e.data.to_vec());
+        assert_eq!(want.len(), 5);
+        for step in 1..stream.len() {
+            for pattern in 0..4u32 {
+                let mut s = SseSplitter::default();
+                let mut got = Vec::new();
+                for (k, piece) in stream.chunks(step).enumerate() {
+                    if pattern >> (k % 2) & 1 == 1 {
+                        s.push(piece);
+                    } else {
+                        s.push_bytes(Bytes::copy_from_slice(piece));
+                    }
+                    if k % 3 != 2 {
+                        events(&mut s, &mut got);
+                    }
+                }
+                events(&mut s, &mut got);
+                assert_eq!(got, want, "step {step}, pattern {pattern}");
+                assert_eq!(s.finish().map(|e| e.data.to_vec()), last);
+            }
+        }
+    }
 
     #[test]
     fn splits_across_chunks() {
