@@ -208,9 +208,14 @@ impl Memo {
     }
 }
 
-/// How many first bytes `a` and `b` share, compared eight at a time.
+/// How many first bytes `a` and `b` share. A stream's frames usually share all of the kept
+/// head, which one `memcmp` of the whole tells at a fraction of the cost of finding where they
+/// part (eight bytes at a time), which is done only when they do.
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
+    if a[..n] == b[..n] {
+        return n;
+    }
     let mut i = 0;
     while i + 8 <= n {
         let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("eight bytes"))
