@@ -80,6 +80,7 @@ pub fn copy_object_renaming<const N: usize>(
     };
     let mark = out.len();
     let resume = memo.resume::<N>(body);
+    let same = resume.as_ref().map_or(0, |r| r.at);
     let mut sink = Renaming {
         name: rename.0.as_bytes(),
         to: rename.1,
@@ -87,19 +88,20 @@ pub fn copy_object_renaming<const N: usize>(
         copied: 0,
         memo,
         recording: true,
+        top_marked: false,
     };
     let mut from = None;
-    if let Some((at, found, renames)) = resume {
-        for k in 0..renames {
+    if let Some(r) = resume {
+        for k in 0..r.renames {
             let (s, e) = sink.memo.renames[k];
             sink.replace(body, s as usize, e as usize);
         }
-        from = Some((at, found));
+        from = Some((r.at, r.found, r.inner));
     }
     match scan(body, keys, repeatable, &mut sink, from) {
         Ok(found) => {
             sink.out.extend_from_slice(&body[sink.copied..]);
-            sink.memo.keep(body, resume.map_or(0, |(at, ..)| at));
+            sink.memo.keep(body, same);
             Ok(found)
         }
         Err(e) => {
@@ -117,7 +119,7 @@ type Spans<const N: usize> = [Option<(usize, usize)>; N];
 /// (their starts within the head), the renamed strings it keeps, and the keys it knows the spans
 /// of ([`copy_object_renaming`]'s `keys`).
 const MEMO_HEAD: usize = 256;
-const MEMO_MARKS: usize = 8;
+const MEMO_MARKS: usize = 16;
 const MEMO_RENAMES: usize = 4;
 const MEMO_KEYS: usize = 2;
 
@@ -140,14 +142,32 @@ pub struct Memo {
     n_renames: usize,
 }
 
-/// A place where a scan can resume: a top-level member's name starts at `at`.
+/// A place where a scan can resume: a member's name starts at `at`, at the top level or, with
+/// `inner`, inside a top-level member's value.
 #[derive(Clone, Copy, Default)]
 struct Mark {
     at: u16,
     /// How many of [`Memo::renames`] lie before it.
     renames: u8,
     found: [Option<(u16, u16)>; MEMO_KEYS],
+    inner: Option<Inner>,
 }
+
+/// Where a mark inside a top-level member's value stands: the containers open in that value
+/// (how many, and which are objects: bit k for the one opened k levels in; marks are kept only
+/// [`INNER_LEVELS`] deep), and the top-level member it is in (its name's span, whether that has
+/// escapes, where its value starts).
+#[derive(Clone, Copy, Default)]
+struct Inner {
+    open: u8,
+    objects: u8,
+    name: (u16, u16),
+    escaped: bool,
+    start: u16,
+}
+
+/// How deep inside a top-level member's value marks are kept.
+const INNER_LEVELS: usize = 8;
 
 impl Default for Memo {
     fn default() -> Self {
@@ -167,7 +187,7 @@ impl Memo {
     /// spans found before it and how many renamed strings lie before it. The marks after it and
     /// their renames are dropped (the scan records them again as it passes them); the head's
     /// bytes before it stay, being `body`'s.
-    fn resume<const N: usize>(&mut self, body: &[u8]) -> Option<(usize, Spans<N>, usize)> {
+    fn resume<const N: usize>(&mut self, body: &[u8]) -> Option<Resume<N>> {
         let same = common_prefix(&self.head[..self.len], body);
         let k = self.marks[..self.n_marks]
             .iter()
@@ -184,7 +204,12 @@ impl Memo {
         for (f, m) in found.iter_mut().zip(m.found) {
             *f = m.map(|(s, e)| (s as usize, e as usize));
         }
-        Some((m.at as usize, found, m.renames as usize))
+        Some(Resume {
+            at: m.at as usize,
+            found,
+            renames: m.renames as usize,
+            inner: m.inner,
+        })
     }
 
     /// After a document was read whole: its head, up to its last mark, is kept (the bytes before
@@ -206,6 +231,14 @@ impl Memo {
         self.n_marks = 0;
         self.n_renames = 0;
     }
+}
+
+/// Where a scan resumes ([`Memo::resume`]).
+struct Resume<const N: usize> {
+    at: usize,
+    found: Spans<N>,
+    renames: usize,
+    inner: Option<Inner>,
 }
 
 /// How many first bytes `a` and `b` share. A stream's frames usually share all of the kept
@@ -241,6 +274,18 @@ trait Sink {
     fn string(&mut self, body: &[u8], start: usize, end: usize);
     /// A top-level member's name starts at `at`; `found` are the spans of the keys before it.
     fn mark<const N: usize>(&mut self, at: usize, found: &[Option<(usize, usize)>; N]);
+    /// A member's name starts at `at` inside the value of the top-level member `top`, with
+    /// `open` containers open in that value (`objects` says which are objects).
+    fn mark_inner(&mut self, at: usize, open: usize, objects: &Kinds, top: &Top);
+}
+
+/// The top-level member whose value a scan is in: its name's span (between the quotes), whether
+/// the name has escapes, where its value starts.
+#[derive(Clone, Copy, Default)]
+struct Top {
+    name: (usize, usize),
+    escaped: bool,
+    start: usize,
 }
 
 /// [`scan_object`]'s sink: watches nothing.
@@ -255,6 +300,8 @@ impl Sink for Check {
     fn string(&mut self, _: &[u8], _: usize, _: usize) {}
     #[inline(always)]
     fn mark<const N: usize>(&mut self, _: usize, _: &[Option<(usize, usize)>; N]) {}
+    #[inline(always)]
+    fn mark_inner(&mut self, _: usize, _: usize, _: &Kinds, _: &Top) {}
 }
 
 /// [`copy_object_renaming`]'s sink: the document up to each watched string is copied, then the
@@ -268,6 +315,9 @@ struct Renaming<'o> {
     memo: &'o mut Memo,
     /// Whether marks are still recorded: not past a rename the memo has no room for.
     recording: bool,
+    /// Whether the current top-level member's mark was recorded (marks inside its value copy
+    /// its spans found).
+    top_marked: bool,
 }
 
 impl Renaming<'_> {
@@ -307,9 +357,11 @@ impl Sink for Renaming<'_> {
     #[inline(always)]
     fn mark<const N: usize>(&mut self, at: usize, found: &[Option<(usize, usize)>; N]) {
         let m = &mut *self.memo;
+        self.top_marked = false;
         if !self.recording || at >= MEMO_HEAD || m.n_marks == MEMO_MARKS {
             return;
         }
+        self.top_marked = true;
         let mut kept = [None; MEMO_KEYS];
         for (k, f) in kept.iter_mut().zip(found) {
             // Spans before `at` (< MEMO_HEAD) fit.
@@ -319,6 +371,35 @@ impl Sink for Renaming<'_> {
             at: at as u16,
             renames: m.n_renames as u8,
             found: kept,
+            inner: None,
+        };
+        m.n_marks += 1;
+    }
+
+    #[inline(always)]
+    fn mark_inner(&mut self, at: usize, open: usize, objects: &Kinds, top: &Top) {
+        let m = &mut *self.memo;
+        if !self.recording
+            || !self.top_marked
+            || at >= MEMO_HEAD
+            || open > INNER_LEVELS
+            || m.n_marks == MEMO_MARKS
+        {
+            return;
+        }
+        // The member's own mark, or one inside its value before this: the same spans found.
+        let found = m.marks[m.n_marks - 1].found;
+        m.marks[m.n_marks] = Mark {
+            at: at as u16,
+            renames: m.n_renames as u8,
+            found,
+            inner: Some(Inner {
+                open: open as u8,
+                objects: objects.0[0] as u8,
+                name: (top.name.0 as u16, top.name.1 as u16),
+                escaped: top.escaped,
+                start: top.start as u16,
+            }),
         };
         m.n_marks += 1;
     }
@@ -332,19 +413,22 @@ fn scan<const N: usize, S: Sink>(
     keys: [&str; N],
     repeatable: u32,
     sink: &mut S,
-    resume: Option<(usize, Spans<N>)>,
+    resume: Option<(usize, Spans<N>, Option<Inner>)>,
 ) -> Result<[Option<(usize, usize)>; N], ScanError> {
     let mut c = Cursor {
         b: body,
         i: 0,
         sink,
         collecting: false,
+        top: Top::default(),
     };
     let mut found = [None; N];
     let mut members = true;
-    if let Some((at, before)) = resume {
+    let mut inner = None;
+    if let Some((at, before, inside)) = resume {
         c.i = at;
         found = before;
+        inner = inside;
     } else {
         c.ws();
         if c.peek() != b'{' {
@@ -358,23 +442,42 @@ fn scan<const N: usize, S: Sink>(
         }
     }
     while members {
-        if c.peek() != b'"' {
-            return Err(c.syntax("a member name"));
+        let start;
+        if let Some(r) = inner.take() {
+            // Resumed at a member's name inside this top-level member's value.
+            c.top = Top {
+                name: (r.name.0 as usize, r.name.1 as usize),
+                escaped: r.escaped,
+                start: r.start as usize,
+            };
+            start = c.top.start;
+            c.value_in(1, r.open as usize, Kinds([u64::from(r.objects), 0]), true)?;
+        } else {
+            if c.peek() != b'"' {
+                return Err(c.syntax("a member name"));
+            }
+            c.sink.mark(c.i, &found);
+            let name_start = c.i + 1;
+            let escaped = c.string()?;
+            let name_end = c.i - 1;
+            c.ws();
+            if c.peek() != b':' {
+                return Err(c.syntax("`:`"));
+            }
+            c.i += 1;
+            c.ws();
+            start = c.i;
+            c.collecting = c.sink.watches(&body[name_start..name_end], escaped);
+            c.top = Top {
+                name: (name_start, name_end),
+                escaped,
+                start,
+            };
+            c.value(1)?;
         }
-        c.sink.mark(c.i, &found);
-        let name_start = c.i + 1;
-        let escaped = c.string()?;
-        let name = &body[name_start..c.i - 1];
-        c.ws();
-        if c.peek() != b':' {
-            return Err(c.syntax("`:`"));
-        }
-        c.i += 1;
-        c.ws();
-        let start = c.i;
-        c.collecting = c.sink.watches(name, escaped);
-        c.value(1)?;
         let end = c.i;
+        let (name_start, escaped) = (c.top.name.0, c.top.escaped);
+        let name = &body[name_start..c.top.name.1];
         let which = if escaped {
             let at = name_start;
             let name = decode_str(name).map_err(|what| ScanError::Syntax { what, at })?;
@@ -599,6 +702,8 @@ struct Cursor<'a, 's, S> {
     sink: &'s mut S,
     /// The value about to be read is a watched member's.
     collecting: bool,
+    /// The top-level member whose value is being read (for the marks inside it).
+    top: Top,
 }
 
 impl<S: Sink> Cursor<'_, '_, S> {
@@ -627,9 +732,22 @@ impl<S: Sink> Cursor<'_, '_, S> {
     /// One value of any kind, the cursor on its first byte; `depth` is how deeply the place it
     /// stands in is nested. Containers are walked with a stack of bits, not recursion.
     fn value(&mut self, depth: usize) -> Result<(), ScanError> {
-        // Bit k: whether the container opened k levels below `depth` is an object.
-        let mut objects = Kinds([0; 2]);
-        let mut open = 0usize;
+        self.value_in(depth, 0, Kinds([0; 2]), false)
+    }
+
+    /// [`Cursor::value`] from inside it: `open` containers open below `depth` (`objects` says
+    /// which are objects: bit k for the one opened k levels in), the cursor on a member's name
+    /// in the innermost when `at_name` (a memo's mark).
+    fn value_in(
+        &mut self,
+        depth: usize,
+        mut open: usize,
+        mut objects: Kinds,
+        at_name: bool,
+    ) -> Result<(), ScanError> {
+        if at_name {
+            self.member_name()?;
+        }
         'value: loop {
             match self.peek() {
                 b'"' => {
@@ -652,6 +770,7 @@ impl<S: Sink> Cursor<'_, '_, S> {
                     let close = if object { b'}' } else { b']' };
                     if self.peek() != close {
                         if object {
+                            self.sink.mark_inner(self.i, open, &objects, &self.top);
                             self.member_name()?;
                         }
                         continue 'value;
@@ -675,6 +794,7 @@ impl<S: Sink> Cursor<'_, '_, S> {
                         self.i += 1;
                         self.ws();
                         if object {
+                            self.sink.mark_inner(self.i, open, &objects, &self.top);
                             self.member_name()?;
                         }
                         continue 'value;
@@ -941,12 +1061,13 @@ mod tests {
     /// with a fresh one each time.
     #[test]
     fn a_memo_reads_every_frame_as_a_fresh_scan_does() {
-        let bases: [&[u8]; 5] = [
+        let bases: [&[u8]; 6] = [
             br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}],"obfuscation":"ab"}"#,
             br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[],"usage":{"prompt_tokens":1},"model":"again"}"#,
             br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x\"model\""}}"#,
             br#" { "id" : "c", "model" : "m", "error" : null , "x":{"model":"n"},"model":"o","model":"p","model":"q" } "#,
             br#"{"a":"b","mod\u0065l":"m","choices":[1],"choices":[2],"error":{"model":"z"},"c":1}"#,
+            br#"{"x":[{"a":{"b":[{"c":{"model":"m","d":[{"e":{"f":{"g":{"h":{"i":{"model":"n","j":1}}}}}}]}}]}}],"model":"o","y":{"z":{"model":"p","q":[true,false,null,-1.5e3]}}}"#,
         ];
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         let mut rand = move |n: usize| {
@@ -957,8 +1078,13 @@ mod tests {
         };
         let mut memo = Memo::default();
         let mut ok = 0;
+        let mut base = 0;
         for _ in 0..20_000 {
-            let mut f = bases[rand(bases.len())].to_vec();
+            // Mostly the same base as the last frame, as a stream's frames are.
+            if rand(4) == 0 {
+                base = rand(bases.len());
+            }
+            let mut f = bases[base].to_vec();
             match rand(6) {
                 0 => {}
                 1 => {
