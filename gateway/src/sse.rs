@@ -58,22 +58,22 @@ impl SseSplitter {
     /// The next complete event, if the buffer holds one. Comment-only and empty events are skipped.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         while !self.whole.is_empty() {
-            let Some((end, sep)) = boundary(&self.whole, 0) else {
+            let Some((end, sep, first)) = boundary(&self.whole, 0) else {
                 self.buffer_whole(true);
                 return None;
             };
             let mut raw = self.whole.split_to(end + sep);
             raw.truncate(end);
-            if let Some(ev) = parse_event(raw) {
+            if let Some(ev) = parse_event(raw, first) {
                 return Some(ev);
             }
         }
         loop {
-            let (end, sep) = self.find_boundary()?;
+            let (end, sep, one_line) = self.find_boundary()?;
             let mut raw = self.buf.split_to(end + sep);
             raw.truncate(end);
             self.scanned = 0;
-            if let Some(ev) = parse_event(raw.freeze()) {
+            if let Some(ev) = parse_event(raw.freeze(), one_line) {
                 return Some(ev);
             }
         }
@@ -86,36 +86,44 @@ impl SseSplitter {
             return None;
         }
         let raw = self.buf.split().freeze();
-        parse_event(raw)
+        parse_event(raw, false)
     }
 
-    fn find_boundary(&mut self) -> Option<(usize, usize)> {
-        let found = boundary(&self.buf, self.scanned.saturating_sub(3));
-        if found.is_none() {
-            self.scanned = self.buf.len();
+    /// [`boundary`] in the buffer, from where the last search left off; the flag says the event
+    /// is one line (its boundary is the first line break of a search from the buffer's start).
+    fn find_boundary(&mut self) -> Option<(usize, usize, bool)> {
+        let from = self.scanned.saturating_sub(3);
+        match boundary(&self.buf, from) {
+            Some((end, sep, first)) => Some((end, sep, first && from == 0)),
+            None => {
+                self.scanned = self.buf.len();
+                None
+            }
         }
-        found
     }
 }
 
-/// The first event boundary in `b` at or after `from`: where the blank line starts and how long
-/// the line end and blank line are. Boundaries are "\n\n", "\r\n\r\n", "\n\r\n" or "\r\r".
-fn boundary(b: &[u8], from: usize) -> Option<(usize, usize)> {
+/// The first event boundary in `b` at or after `from`: where the blank line starts, how long the
+/// line end and blank line are, and whether it is the first line break at or after `from` (so
+/// that an event searched from its start is known to be one line). Boundaries are "\n\n",
+/// "\r\n\r\n", "\n\r\n" or "\r\r".
+fn boundary(b: &[u8], from: usize) -> Option<(usize, usize, bool)> {
     let mut i = from;
     while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
         let p = i + off;
         let rest = &b[p..];
+        let first = i == from;
         if rest.starts_with(b"\n\n") {
-            return Some((p, 2));
+            return Some((p, 2, first));
         }
         if rest.starts_with(b"\r\n\r\n") {
-            return Some((p, 4));
+            return Some((p, 4, first));
         }
         if rest.starts_with(b"\n\r\n") {
-            return Some((p, 3));
+            return Some((p, 3, first));
         }
         if rest.starts_with(b"\r\r") {
-            return Some((p, 2));
+            return Some((p, 2, first));
         }
         i = p + 1;
     }
@@ -124,16 +132,21 @@ fn boundary(b: &[u8], from: usize) -> Option<(usize, usize)> {
 
 /// One event's fields from its lines. Lines are walked by index and only the two values kept are
 /// sliced off `raw` at the end: a `Bytes` per line and per field would be a reference count taken
-/// and given back each, several per event.
-fn parse_event(raw: Bytes) -> Option<SseEvent> {
+/// and given back each, several per event. `one_line`: the caller knows `raw` has no line break
+/// (the splitter's boundary search found none before the boundary), so it is not searched again.
+fn parse_event(raw: Bytes, one_line: bool) -> Option<SseEvent> {
     let mut event = (0, 0);
     let mut data: Option<(usize, usize)> = None;
     let mut extra: Option<Vec<u8>> = None;
     let mut pos = 0;
     while pos < raw.len() {
-        let line_end = memchr::memchr2(b'\n', b'\r', &raw[pos..])
-            .map(|o| pos + o)
-            .unwrap_or(raw.len());
+        let line_end = if one_line {
+            raw.len()
+        } else {
+            memchr::memchr2(b'\n', b'\r', &raw[pos..])
+                .map(|o| pos + o)
+                .unwrap_or(raw.len())
+        };
         let line = (pos, line_end);
         pos = line_end + 1;
         if pos < raw.len() && raw[line_end] == b'\r' && raw[pos] == b'\n' {
