@@ -23,20 +23,57 @@ pub struct SseSplitter {
     buf: BytesMut,
     /// How far the buffer was already searched for an event boundary.
     scanned: usize,
+    /// Bytes received whole ([`SseSplitter::push_bytes`]) while nothing was buffered: events
+    /// are split off them without a copy, and what is left without a boundary goes to `buf`.
+    whole: Bytes,
 }
 
 impl SseSplitter {
     pub fn push(&mut self, data: &[u8]) {
+        self.buffer_whole(false);
         self.buf.extend_from_slice(data);
+    }
+
+    /// [`SseSplitter::push`] of bytes the caller owns: an upstream read usually holds whole events
+    /// (one each, on a paced stream), which are then sliced off those bytes rather than copied
+    /// into the buffer and split off it (a copy, a reserve and a split per event).
+    pub fn push_bytes(&mut self, data: Bytes) {
+        if self.buf.is_empty() && self.whole.is_empty() {
+            self.whole = data;
+        } else {
+            self.push(&data);
+        }
+    }
+
+    /// Moves what is left of `whole` into the buffer (empty while there is a `whole`), marked as
+    /// searched for a boundary when it was.
+    fn buffer_whole(&mut self, searched: bool) {
+        if !self.whole.is_empty() {
+            self.buf.extend_from_slice(&self.whole);
+            self.scanned = if searched { self.buf.len() } else { 0 };
+            self.whole = Bytes::new();
+        }
     }
 
     /// The next complete event, if the buffer holds one. Comment-only and empty events are skipped.
     pub fn next_event(&mut self) -> Option<SseEvent> {
+        while !self.whole.is_empty() {
+            let Some((end, sep, first)) = boundary(&self.whole, 0) else {
+                self.buffer_whole(true);
+                return None;
+            };
+            let mut raw = self.whole.split_to(end + sep);
+            raw.truncate(end);
+            if let Some(ev) = parse_event(raw, first) {
+                return Some(ev);
+            }
+        }
         loop {
-            let (end, sep) = self.find_boundary()?;
-            let raw = self.buf.split_to(end + sep).freeze();
+            let (end, sep, one_line) = self.find_boundary()?;
+            let mut raw = self.buf.split_to(end + sep);
+            raw.truncate(end);
             self.scanned = 0;
-            if let Some(ev) = parse_event(raw.slice(..end)) {
+            if let Some(ev) = parse_event(raw.freeze(), one_line) {
                 return Some(ev);
             }
         }
@@ -44,81 +81,105 @@ impl SseSplitter {
 
     /// Whatever is left when the upstream closes (an event without its final blank line).
     pub fn finish(&mut self) -> Option<SseEvent> {
+        self.buffer_whole(false);
         if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
             return None;
         }
         let raw = self.buf.split().freeze();
-        parse_event(raw)
+        parse_event(raw, false)
     }
 
-    fn find_boundary(&mut self) -> Option<(usize, usize)> {
-        // Boundaries are "\n\n", "\r\n\r\n" or "\r\r"; look for the first blank line.
+    /// [`boundary`] in the buffer, from where the last search left off; the flag says the event
+    /// is one line (its boundary is the first line break of a search from the buffer's start).
+    fn find_boundary(&mut self) -> Option<(usize, usize, bool)> {
         let from = self.scanned.saturating_sub(3);
-        let b = &self.buf[..];
-        let mut i = from;
-        while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
-            let p = i + off;
-            let rest = &b[p..];
-            if rest.starts_with(b"\n\n") {
-                return Some((p, 2));
+        match boundary(&self.buf, from) {
+            Some((end, sep, first)) => Some((end, sep, first && from == 0)),
+            None => {
+                self.scanned = self.buf.len();
+                None
             }
-            if rest.starts_with(b"\r\n\r\n") {
-                return Some((p, 4));
-            }
-            if rest.starts_with(b"\n\r\n") {
-                return Some((p, 3));
-            }
-            if rest.starts_with(b"\r\r") {
-                return Some((p, 2));
-            }
-            i = p + 1;
         }
-        self.scanned = b.len();
-        None
     }
 }
 
-fn parse_event(raw: Bytes) -> Option<SseEvent> {
-    let mut event = Bytes::new();
-    let mut data: Option<Bytes> = None;
+/// The first event boundary in `b` at or after `from`: where the blank line starts, how long the
+/// line end and blank line are, and whether it is the first line break at or after `from` (so
+/// that an event searched from its start is known to be one line). Boundaries are "\n\n",
+/// "\r\n\r\n", "\n\r\n" or "\r\r".
+fn boundary(b: &[u8], from: usize) -> Option<(usize, usize, bool)> {
+    let mut i = from;
+    while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
+        let p = i + off;
+        let rest = &b[p..];
+        let first = i == from;
+        if rest.starts_with(b"\n\n") {
+            return Some((p, 2, first));
+        }
+        if rest.starts_with(b"\r\n\r\n") {
+            return Some((p, 4, first));
+        }
+        if rest.starts_with(b"\n\r\n") {
+            return Some((p, 3, first));
+        }
+        if rest.starts_with(b"\r\r") {
+            return Some((p, 2, first));
+        }
+        i = p + 1;
+    }
+    None
+}
+
+/// One event's fields from its lines. Lines are walked by index and only the two values kept are
+/// sliced off `raw` at the end: a `Bytes` per line and per field would be a reference count taken
+/// and given back each, several per event. `one_line`: the caller knows `raw` has no line break
+/// (the splitter's boundary search found none before the boundary), so it is not searched again.
+fn parse_event(raw: Bytes, one_line: bool) -> Option<SseEvent> {
+    let mut event = (0, 0);
+    let mut data: Option<(usize, usize)> = None;
     let mut extra: Option<Vec<u8>> = None;
     let mut pos = 0;
     while pos < raw.len() {
-        let line_end = memchr::memchr2(b'\n', b'\r', &raw[pos..])
-            .map(|o| pos + o)
-            .unwrap_or(raw.len());
-        let line = raw.slice(pos..line_end);
+        let line_end = if one_line {
+            raw.len()
+        } else {
+            memchr::memchr2(b'\n', b'\r', &raw[pos..])
+                .map(|o| pos + o)
+                .unwrap_or(raw.len())
+        };
+        let line = (pos, line_end);
         pos = line_end + 1;
         if pos < raw.len() && raw[line_end] == b'\r' && raw[pos] == b'\n' {
             pos += 1;
         }
-        if line.is_empty() || line[0] == b':' {
+        let text = &raw[line.0..line.1];
+        if text.is_empty() || text[0] == b':' {
             continue;
         }
-        let (field, value) = match memchr::memchr(b':', &line) {
+        let (field, value) = match memchr::memchr(b':', text) {
             Some(c) => {
-                let v = if line.get(c + 1) == Some(&b' ') {
+                let v = if text.get(c + 1) == Some(&b' ') {
                     c + 2
                 } else {
                     c + 1
                 };
-                (line.slice(..c), line.slice(v..))
+                (&text[..c], (line.0 + v, line.1))
             }
-            None => (line.clone(), Bytes::new()),
+            None => (text, (line.1, line.1)),
         };
-        match &field[..] {
+        match field {
             b"event" => event = value,
             b"data" => match (&mut data, &mut extra) {
                 (None, _) => data = Some(value),
                 (Some(first), None) => {
-                    let mut v = first.to_vec();
+                    let mut v = raw[first.0..first.1].to_vec();
                     v.push(b'\n');
-                    v.extend_from_slice(&value);
+                    v.extend_from_slice(&raw[value.0..value.1]);
                     extra = Some(v);
                 }
                 (Some(_), Some(v)) => {
                     v.push(b'\n');
-                    v.extend_from_slice(&value);
+                    v.extend_from_slice(&raw[value.0..value.1]);
                 }
             },
             _ => {}
@@ -126,7 +187,15 @@ fn parse_event(raw: Bytes) -> Option<SseEvent> {
     }
     let data = match extra {
         Some(v) => Bytes::from(v),
-        None => data?,
+        None => {
+            let (s, e) = data?;
+            raw.slice(s..e)
+        }
+    };
+    let event = if event.0 == event.1 {
+        Bytes::new()
+    } else {
+        raw.slice(event.0..event.1)
     };
     Some(SseEvent { event, data })
 }
@@ -144,6 +213,42 @@ pub fn write_event(out: &mut BytesMut, name: &str, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The splitter fed `pieces` by both pushes, whatever came before: the same events.
+    #[test]
+    fn both_pushes_split_alike() {
+        let stream: &[u8] = b"event: a\ndata: {\"x\":1}\n\ndata: 2\r\n\r\n: c\n\ndata: 3\r\rdata: 4\n\r\ndata: 5\n\ndata: [DONE]";
+        let events = |s: &mut SseSplitter, out: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+            while let Some(e) = s.next_event() {
+                out.push((e.event.to_vec(), e.data.to_vec()));
+            }
+        };
+        let mut want = Vec::new();
+        let mut s = SseSplitter::default();
+        s.push(stream);
+        events(&mut s, &mut want);
+        let last = s.finish().map(|e| e.data.to_vec());
+        assert_eq!(want.len(), 5);
+        for step in 1..stream.len() {
+            for pattern in 0..4u32 {
+                let mut s = SseSplitter::default();
+                let mut got = Vec::new();
+                for (k, piece) in stream.chunks(step).enumerate() {
+                    if pattern >> (k % 2) & 1 == 1 {
+                        s.push(piece);
+                    } else {
+                        s.push_bytes(Bytes::copy_from_slice(piece));
+                    }
+                    if k % 3 != 2 {
+                        events(&mut s, &mut got);
+                    }
+                }
+                events(&mut s, &mut got);
+                assert_eq!(got, want, "step {step}, pattern {pattern}");
+                assert_eq!(s.finish().map(|e| e.data.to_vec()), last);
+            }
+        }
+    }
 
     #[test]
     fn splits_across_chunks() {
@@ -167,5 +272,25 @@ mod tests {
         let mut s = SseSplitter::default();
         s.push(b"data: a\ndata: b\n\n");
         assert_eq!(&s.next_event().unwrap().data[..], b"a\nb");
+    }
+
+    #[test]
+    fn reads_fields_as_written() {
+        let mut s = SseSplitter::default();
+        s.push(b"id: 1\r\nevent:x\r\ndata:{}\r\nretry: 5\r\n\r\n");
+        s.push(
+            b"event\ndata\n\n: only a comment\n\nevent: y\nevent: z\ndata: 1\ndata:\ndata: 2\n\n",
+        );
+        let e = s.next_event().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b"x"[..], &b"{}"[..]));
+        let e = s.next_event().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b""[..], &b""[..]));
+        let e = s.next_event().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b"z"[..], &b"1\n\n2"[..]));
+        assert!(s.next_event().is_none());
+        s.push(b"event: last\ndata: [DONE]");
+        assert!(s.next_event().is_none());
+        let e = s.finish().unwrap();
+        assert_eq!((&e.event[..], &e.data[..]), (&b"last"[..], &b"[DONE]"[..]));
     }
 }

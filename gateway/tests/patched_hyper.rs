@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -396,4 +397,153 @@ fn header_read_timeout_and_limits_hold_as_before() {
         );
         let _ = server.await.unwrap();
     });
+}
+
+/// The `Date` line of the first answer head in `text` after `from`.
+fn date_after(text: &str, from: usize) -> (&str, usize) {
+    let at = from + text[from..].find("\r\ndate: ").expect("a date line") + 8;
+    let end = at + text[at..].find("\r\n").unwrap();
+    (&text[at..end], end)
+}
+
+// third_party/README.md: the server refreshes its cached `Date` only when a head can be written,
+// not on every poll while a body streams. An answer that follows a long streamed one on the same
+// connection (here pipelined behind it, so that its head may be written in the poll that ends
+// the stream) still carries the time it was written, not the time the stream began.
+#[test]
+fn an_answer_after_a_long_stream_has_a_fresh_date() {
+    on_loopback(|listener, addr| async move {
+        let server = async move {
+            let (io, _) = listener.accept().await.unwrap();
+            let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
+                let body = if req.uri().path() == "/stream" {
+                    http_body_util::Either::Left(Paused {
+                        sent: 0,
+                        pause: Box::pin(tokio::time::sleep(Duration::from_millis(1300))),
+                    })
+                } else {
+                    http_body_util::Either::Right(Full::new(Bytes::from_static(b"after")))
+                };
+                Ok::<_, Infallible>(Response::new(body))
+            });
+            hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(io), service)
+                .await
+                .unwrap();
+        };
+        let client = async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(
+                b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\nGET /after HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+            )
+            .await
+            .unwrap();
+            let mut answer = Vec::new();
+            s.read_to_end(&mut answer).await.unwrap();
+            let answer = String::from_utf8(answer).unwrap();
+            let (first, end) = date_after(&answer, 0);
+            let (second, _) = date_after(&answer, end);
+            assert!(answer.ends_with("after"), "{answer}");
+            assert_ne!(first, second, "{answer}");
+        };
+        tokio::join!(server, client);
+    })
+}
+
+/// A streamed body: a chunk, a pause, another chunk, the end.
+struct Paused {
+    sent: u8,
+    pause: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for Paused {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        let chunk = match self.sent {
+            0 => "one",
+            1 => {
+                std::task::ready!(self.pause.as_mut().poll(cx));
+                "two"
+            }
+            _ => return Poll::Ready(None),
+        };
+        self.sent += 1;
+        Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(
+            chunk.as_bytes(),
+        )))))
+    }
+}
+
+/// A future that counts its polls.
+struct Polls<F> {
+    fut: Pin<Box<F>>,
+    count: Arc<AtomicUsize>,
+}
+
+impl<F: Future> Future for Polls<F> {
+    type Output = F::Output;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.fut.as_mut().poll(cx)
+    }
+}
+
+// third_party/README.md: taking a chunk off a body channel wakes the sender's task only if it is
+// waiting for room. A client connection relaying a streamed answer, chunk by chunk as the reader
+// takes them, is polled about once per chunk (its socket's readiness), not twice (the socket and
+// the take of the chunk it had just sent).
+#[test]
+fn a_taken_chunk_wakes_no_sender_that_is_not_waiting() {
+    const CHUNKS: usize = 20;
+    on_loopback(|listener, addr| async move {
+        let upstream = async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            read_through(&mut s, b"\r\n\r\n").await.unwrap();
+            s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            for _ in 0..CHUNKS {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                s.write_all(b"5\r\nevent\r\n").await.unwrap();
+            }
+            s.write_all(b"0\r\n\r\n").await.unwrap();
+        };
+        let client = async move {
+            let io = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut tx, conn) =
+                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
+                    .await
+                    .unwrap();
+            let polls = Arc::new(AtomicUsize::new(0));
+            let conn = tokio::spawn(Polls {
+                fut: Box::pin(conn),
+                count: polls.clone(),
+            });
+            let req = Request::builder()
+                .uri("/")
+                .header("host", "x")
+                .body(Full::new(Bytes::new()))
+                .unwrap();
+            let mut body = tx.send_request(req).await.unwrap().into_body();
+            let at_head = polls.load(Ordering::SeqCst);
+            let mut got = 0;
+            while let Some(frame) = body.frame().await {
+                got += frame.unwrap().into_data().map_or(0, |d| d.len());
+            }
+            assert_eq!(got, 5 * CHUNKS);
+            let per_chunk = (polls.load(Ordering::SeqCst) - at_head) as f64 / CHUNKS as f64;
+            drop(tx);
+            let _ = conn.await;
+            per_chunk
+        };
+        let ((), per_chunk) = tokio::join!(upstream, client);
+        assert!(
+            per_chunk < 1.5,
+            "{per_chunk} polls of the connection per chunk"
+        );
+    })
 }

@@ -1,12 +1,35 @@
 #![no_main]
 //! The native route's head parser and its model replacement on arbitrary bodies: it agrees with
 //! serde_json (the reference parse) on what it accepts and what it finds, and a spliced body
-//! still parses.
+//! still parses; and the native stream's frame check fused with its copy (with its memo kept
+//! from input to input) agrees with the scan.
 use gateway::json;
 use gateway::dialect::body_head;
 use libfuzzer_sys::fuzz_target;
 
+thread_local! {
+    /// The native stream's memo, kept from input to input as a stream keeps it from frame to
+    /// frame (a fuzzer's inputs share prefixes, as a stream's frames do).
+    static MEMO: std::cell::RefCell<json::Memo> = std::cell::RefCell::new(json::Memo::default());
+}
+
 fuzz_target!(|data: &[u8]| {
+    // The native stream's fused check and copy accepts what the scan accepts and finds what it
+    // finds, leaves nothing behind when it refuses, and reads the same with a kept memo.
+    let keys = ["error", "choices"];
+    let copy = |memo: &mut json::Memo| {
+        let mut out = bytes::BytesMut::from(&b"data: "[..]);
+        let r = json::copy_object_renaming(&mut out, data, keys, 0, ("model", b"\"x\""), memo);
+        (r, out)
+    };
+    let (fresh, out) = copy(&mut json::Memo::default());
+    assert_eq!(fresh, json::scan_object(data, keys));
+    if fresh.is_err() {
+        assert_eq!(&out[..], b"data: ");
+    }
+    let kept = MEMO.with(|m| copy(&mut m.borrow_mut()));
+    assert_eq!(kept, (fresh, out));
+
     let ours = body_head::parse_body_head(data);
     let reference = body_head::parse_body_head_with_serde(data);
     let top_is_array = data.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'[');

@@ -5,26 +5,40 @@
 use bytes::BytesMut;
 
 use crate::dialect::error::GwError;
+use crate::dialect::stream_usage;
 use crate::dialect::transform::StreamTransform;
 use crate::dialect::Dialect;
 use crate::json;
 use crate::sse::SseEvent;
 
-/// Whether a frame is a JSON object (by serde_json's grammar, [`json::scan_object`]), and whether
-/// it carries a top-level `error` that is not null; the string values of its `model` members, at
-/// any depth, go to `models` in the same pass.
-fn check_frame(data: &[u8], models: &mut Vec<(usize, usize)>) -> Result<bool, GwError> {
-    models.clear();
-    let [error] = json::scan_object_collecting(data, ["error"], Some(("model", models)))
-        .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not JSON"))?;
-    Ok(error.is_some_and(|(s, e)| &data[s..e] != b"null"))
+/// The top-level members a frame's check reports: `error` (a field: two are refused, as serde
+/// refuses a struct's duplicate field) and `choices` (located for the usage chunk: the first
+/// counts, as [`json::find_members`] counts it).
+const KEYS: [&str; 2] = ["error", "choices"];
+/// `choices` may repeat ([`json::copy_object_renaming`]'s `repeatable`).
+const REPEATABLE: u32 = 0b10;
+
+/// What the check of a frame found, the frame copied to `out` with its model renamed: whether it
+/// carries a top-level `error` that is not null, and the span of its `choices`. The frame is checked
+/// to be a JSON object by serde_json's grammar ([`json::scan_object`]) in the same pass that copies
+/// it; when it is not, `out` is left as it was.
+fn check_copy(
+    out: &mut BytesMut,
+    data: &[u8],
+    to: &[u8],
+    memo: &mut json::Memo,
+) -> Result<(bool, Option<(usize, usize)>), GwError> {
+    let [error, choices] =
+        json::copy_object_renaming(out, data, KEYS, REPEATABLE, ("model", to), memo)
+            .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not JSON"))?;
+    Ok((error.is_some_and(|(s, e)| &data[s..e] != b"null"), choices))
 }
 
 pub struct NativeStream {
     dialect: Dialect,
-    /// Where the current frame's model names are (reused frame to frame).
-    models: Vec<(usize, usize)>,
     to: bytes::Bytes,
+    /// The last frame's envelope, which the next frame's check resumes after when it repeats.
+    memo: json::Memo,
     events: u64,
     finished: bool,
     /// Chat: the client did not ask for usage, the gateway did; its chunk is dropped.
@@ -35,8 +49,8 @@ impl NativeStream {
     pub fn new(dialect: Dialect, alias_json: bytes::Bytes) -> Self {
         NativeStream {
             dialect,
-            models: Vec::new(),
             to: alias_json,
+            memo: json::Memo::default(),
             events: 0,
             finished: false,
             drop_usage: false,
@@ -54,13 +68,35 @@ impl StreamTransform for NativeStream {
             out.extend_from_slice(b"data: [DONE]\n\n");
             return Ok(());
         }
-        if self.drop_usage && crate::dialect::stream_usage::is_usage_chunk(&ev.data) {
+        // Every frame is checked to be JSON (a broken frame must not reach the client as if it
+        // were fine) in the one pass that copies it with its model renamed; for chat the same pass
+        // notices an in-band error object, which ends the stream as the upstream's own error event,
+        // and finds the `choices` that tell the usage chunk. Any model value is replaced, not only
+        // the configured upstream name, because upstreams answer with dated snapshot names.
+        let mark = out.len();
+        out.reserve(ev.event.len() + ev.data.len() + self.to.len() + 16);
+        if !ev.event.is_empty() {
+            out.extend_from_slice(b"event: ");
+            out.extend_from_slice(&ev.event);
+            out.extend_from_slice(b"\n");
+        }
+        out.extend_from_slice(b"data: ");
+        let (has_error, choices) = match check_copy(out, &ev.data, &self.to, &mut self.memo) {
+            Ok(found) => found,
+            Err(e) => {
+                out.truncate(mark);
+                // The usage chunk is dropped before any check, as it always was: the lenient
+                // look for it decides on a frame the check refused.
+                if self.drop_usage && stream_usage::is_usage_chunk(&ev.data) {
+                    return Ok(());
+                }
+                return Err(e);
+            }
+        };
+        if self.drop_usage && stream_usage::is_checked_usage_chunk(&ev.data, choices) {
+            out.truncate(mark);
             return Ok(());
         }
-        // Every frame is checked to be JSON (a broken frame must not reach the client as if it
-        // were fine); for chat the same pass notices an in-band error object, which ends the
-        // stream as the upstream's own error event.
-        let has_error = check_frame(&ev.data, &mut self.models)?;
         match self.dialect {
             Dialect::Chat => {
                 if has_error {
@@ -81,16 +117,6 @@ impl StreamTransform for NativeStream {
                 }
             }
         }
-        out.reserve(ev.event.len() + ev.data.len() + 16);
-        if !ev.event.is_empty() {
-            out.extend_from_slice(b"event: ");
-            out.extend_from_slice(&ev.event);
-            out.extend_from_slice(b"\n");
-        }
-        out.extend_from_slice(b"data: ");
-        // Any model value is replaced, not only the configured upstream name, because upstreams
-        // answer with dated snapshot names.
-        json::copy_replacing(out, &ev.data, &self.models, &self.to);
         out.extend_from_slice(b"\n\n");
         self.events += 1;
         Ok(())
@@ -144,13 +170,193 @@ mod tests {
             r#" {"error" : {} } "#,
         ];
         for f in frames {
-            let ours = check_frame(f.as_bytes(), &mut Vec::new()).ok();
+            let ours = check(f.as_bytes());
             assert_eq!(ours, with_serde(f.as_bytes()), "{f}");
         }
         // A name that is not UTF-8 is refused by both; a value that is not is passed by both.
-        let check = |f: &[u8]| check_frame(f, &mut Vec::new()).ok();
         assert_eq!(check(b"{\"\xff\":1}"), with_serde(b"{\"\xff\":1}"));
         assert_eq!(check(b"{\"a\":\"\xff\"}"), with_serde(b"{\"a\":\"\xff\"}"));
         assert_eq!(with_serde(b"{\"a\":\"\xff\"}"), Some(false));
+    }
+
+    /// The frame check alone, as serde's probe answers it.
+    fn check(f: &[u8]) -> Option<bool> {
+        let mut out = BytesMut::new();
+        let r = check_copy(&mut out, f, b"\"a\"", &mut json::Memo::default())
+            .ok()
+            .map(|(e, _)| e);
+        assert_eq!(
+            out.is_empty(),
+            r.is_none(),
+            "a refused frame leaves nothing behind"
+        );
+        r
+    }
+
+    fn event(name: &str, data: &str) -> SseEvent {
+        SseEvent {
+            event: bytes::Bytes::copy_from_slice(name.as_bytes()),
+            data: bytes::Bytes::copy_from_slice(data.as_bytes()),
+        }
+    }
+
+    /// One event through a native stream whose alias is `gpt`: what it wrote, or the error.
+    fn through(t: &mut NativeStream, name: &str, data: &str) -> Result<String, GwError> {
+        let mut out = BytesMut::from(&b"before|"[..]);
+        let r = t.on_event(&event(name, data), &mut out);
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let written = text
+            .strip_prefix("before|")
+            .expect("what was there is kept");
+        r.map(|()| written.to_owned()).inspect_err(|_| {
+            assert_eq!(written, "", "a refused frame writes nothing");
+        })
+    }
+
+    fn chat(drop_usage: bool) -> NativeStream {
+        let mut t = NativeStream::new(Dialect::Chat, bytes::Bytes::from_static(b"\"gpt\""));
+        t.drop_usage = drop_usage;
+        t
+    }
+
+    #[test]
+    fn copies_frames_with_every_model_string_renamed() {
+        let mut t = chat(false);
+        for (frame, want) in [
+            (
+                r#"{"id":"c","model":"up-2024","choices":[{"delta":{"content":"x"}}]}"#,
+                r#"{"id":"c","model":"gpt","choices":[{"delta":{"content":"x"}}]}"#,
+            ),
+            // Nested models, a string that reads like a model member, escapes around it, and
+            // models that are not strings (left as they are).
+            (
+                r#" {"a":{"model" : "m\"1","t":"say \"model\":\"x\"","b":[{"model":"n"}]},"model":null,"c":{"model":["s"]},"d":{"model":{"model":"deep"}}} "#,
+                r#" {"a":{"model" : "gpt","t":"say \"model\":\"x\"","b":[{"model":"gpt"}]},"model":null,"c":{"model":["s"]},"d":{"model":{"model":"gpt"}}} "#,
+            ),
+            // A name with escapes that decodes to `model` is renamed; a value `model` is not.
+            (
+                r#"{"mod\u0065l":"m","k":"model","model\n":"m"}"#,
+                r#"{"mod\u0065l":"gpt","k":"model","model\n":"m"}"#,
+            ),
+            (r#"{}"#, r#"{}"#),
+            (r#"{"model":""}"#, r#"{"model":"gpt"}"#),
+        ] {
+            assert_eq!(
+                through(&mut t, "", frame).unwrap(),
+                format!("data: {want}\n\n"),
+                "{frame}"
+            );
+        }
+        let mut t = NativeStream::new(Dialect::Messages, bytes::Bytes::from_static(b"\"gpt\""));
+        assert_eq!(
+            through(&mut t, "message_start", r#"{"message":{"model":"c-1"}}"#).unwrap(),
+            "event: message_start\ndata: {\"message\":{\"model\":\"gpt\"}}\n\n"
+        );
+        assert_eq!(
+            through(&mut t, "message_stop", r#"{"type":"message_stop"}"#).unwrap(),
+            "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+        );
+        assert!(t.finished);
+    }
+
+    #[test]
+    fn malformed_frames_end_the_stream_with_the_dialects_error_event() {
+        for frame in [
+            r#"{"model":"m","a":1,}"#,
+            r#"{"model":"m""#,
+            r#"{"model":"m"} x"#,
+            r#"{"error":1,"error":2}"#,
+            r#"{"model":"m\q"}"#,
+            "[1]",
+            "",
+        ] {
+            let mut t = chat(false);
+            let err = through(&mut t, "", frame).unwrap_err();
+            assert_eq!(err.status, http::StatusCode::BAD_GATEWAY, "{frame}");
+            let mut out = BytesMut::new();
+            t.on_error(&err, &mut out);
+            assert!(
+                out.starts_with(b"data: {\"error\":"),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        // `choices` is located, not read as a field: a second one is not an error.
+        assert!(through(&mut chat(false), "", r#"{"choices":[],"choices":[1]}"#).is_ok());
+    }
+
+    #[test]
+    fn an_error_object_ends_a_chat_stream_and_is_passed_on() {
+        let mut t = chat(true);
+        let frame = r#"{"error":{"message":"overloaded","model":"m"}}"#;
+        assert_eq!(
+            through(&mut t, "", frame).unwrap(),
+            "data: {\"error\":{\"message\":\"overloaded\",\"model\":\"gpt\"}}\n\n"
+        );
+        assert!(t.finished);
+        assert_eq!(through(&mut t, "", r#"{"a":1}"#).unwrap(), "");
+        let mut t = chat(true);
+        through(&mut t, "", r#"{"error":null,"choices":[]}"#).unwrap();
+        assert!(!t.finished);
+    }
+
+    #[test]
+    fn the_usage_chunk_is_dropped_only_when_the_client_did_not_ask() {
+        let usage = r#"{"id":"c","model":"m","choices":[ ],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
+        assert_eq!(through(&mut chat(true), "", usage).unwrap(), "");
+        assert_eq!(
+            through(&mut chat(false), "", usage).unwrap(),
+            format!("data: {}\n\n", usage.replace(r#""m""#, r#""gpt""#))
+        );
+        // Usage on a content chunk, or null usage: passed on.
+        for kept in [
+            r#"{"choices":[{"delta":{}}],"usage":{"prompt_tokens":1}}"#,
+            r#"{"choices":[],"usage":null}"#,
+            r#"{"choices":[]}"#,
+        ] {
+            assert!(
+                !through(&mut chat(true), "", kept).unwrap().is_empty(),
+                "{kept}"
+            );
+        }
+        // A usage chunk the check refuses is dropped unchecked, as before the check was fused.
+        let broken = r#"{"choices":[],"usage":{"prompt_tokens":1},}"#;
+        assert_eq!(through(&mut chat(true), "", broken).unwrap(), "");
+        assert!(through(&mut chat(false), "", broken).is_err());
+    }
+
+    /// The fused pass against what it replaced, on every frame: the lenient usage-chunk look first
+    /// ([`stream_usage::is_usage_chunk`]), then serde's probe of the frame.
+    #[test]
+    fn agrees_with_the_separate_usage_look_and_check() {
+        let frames = [
+            r#"{"id":"c","choices":[],"usage":{"prompt_tokens":1}}"#,
+            r#"{"id":"c","choices":[],"usage" :{"prompt_tokens":1}}"#,
+            r#"{"id":"c","choices":[ ],"x":{"usage":{}}}"#,
+            r#"{"id":"c","x":{"choices":[]},"usage":{}}"#,
+            r#"{"ch\u006fices":[],"usage":{}}"#,
+            r#"{"choices":[],"choices":[1],"usage":{}}"#,
+            r#"{"choices":[1],"choices":[],"usage":{}}"#,
+            r#"{"k\"usage":{},"choices":[]}"#,
+            r#"{"usage":{},"choices":[],"usage":null}"#,
+            r#"{"usage":null,"choices":[],"usage":{}}"#,
+            r#"{"choices":[],"t":"\"usage\":{}"}"#,
+            r#"{"choices":[],"usage":{}"#,
+            r#"{"choices":[{}],"usage":{}}"#,
+            r#"{"error":{"model":"m"},"choices":[],"usage":{}}"#,
+            r#"{"model":"m","choices":[{"delta":{"content":"\u00e9"}}],"usage":null}"#,
+        ];
+        for f in frames {
+            let old = if stream_usage::is_usage_chunk(f.as_bytes()) {
+                Some(false)
+            } else {
+                with_serde(f.as_bytes()).map(|_| true)
+            };
+            let new = match through(&mut chat(true), "", f) {
+                Ok(w) => Some(!w.is_empty()),
+                Err(_) => None,
+            };
+            assert_eq!(new, old, "{f}");
+        }
     }
 }

@@ -55,18 +55,33 @@ pub fn ask_usage(body: &[u8], stream_options: Option<(usize, usize)>) -> AskUsag
 
 /// Whether a chat stream frame is the usage chunk the gateway asked for: a `usage` object and an
 /// empty `choices` list. A frame with choices keeps its usage (some upstreams put it on the last
-/// content chunk); `"usage":null` on every chunk is left too (the SDKs read it as absent).
+/// content chunk); `"usage":null` on every chunk is left too (the SDKs read it as absent). For a
+/// frame that is not JSON: [`super::native::NativeStream`] asks this only of a frame its check
+/// refused (a usage chunk is dropped unchecked, as it always was), and [`is_checked_usage_chunk`]
+/// of the others.
 pub fn is_usage_chunk(data: &[u8]) -> bool {
-    if !json::usage::has_usage_object(data) {
-        return false;
-    }
-    match json::find_members(data, ["choices"]) {
-        Some([Some((a, b))]) => {
-            let v = &data[a..b];
-            v.len() >= 2 && v[0] == b'[' && v[1..v.len() - 1].iter().all(u8::is_ascii_whitespace)
+    json::usage::has_usage_object(data)
+        && match json::find_members(data, ["choices"]) {
+            Some([choices]) => is_empty_list(data, choices),
+            None => false,
         }
-        _ => false,
-    }
+}
+
+/// [`is_usage_chunk`] of a frame the native stream's check read: `choices` is the span of its
+/// first top-level `choices` member, which that one pass found (on a valid frame the same member
+/// [`json::find_members`] finds). The empty list is tested first, so the usage key is searched
+/// for only in a frame with no choices (the usage chunk itself), not in every content chunk.
+pub fn is_checked_usage_chunk(data: &[u8], choices: Option<(usize, usize)>) -> bool {
+    is_empty_list(data, choices) && json::usage::has_usage_object(data)
+}
+
+/// Whether the value at `span` is `[]`, whitespace allowed inside.
+fn is_empty_list(data: &[u8], span: Option<(usize, usize)>) -> bool {
+    let Some((a, b)) = span else {
+        return false;
+    };
+    let v = &data[a..b];
+    v.len() >= 2 && v[0] == b'[' && v[1..v.len() - 1].iter().all(u8::is_ascii_whitespace)
 }
 
 #[cfg(test)]

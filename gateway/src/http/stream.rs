@@ -78,7 +78,7 @@ impl SseBody {
                         continue;
                     };
                     self.last_data = tokio::time::Instant::now();
-                    self.splitter.push(&data);
+                    self.splitter.push_bytes(data);
                     while let Some(ev) = self.splitter.next_event() {
                         if let Err(e) = self.transform.on_event(&ev, &mut self.out) {
                             self.fail(e);

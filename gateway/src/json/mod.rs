@@ -46,86 +46,470 @@ pub fn scan_object<const N: usize>(
     body: &[u8],
     keys: [&str; N],
 ) -> Result<[Option<(usize, usize)>; N], ScanError> {
-    scan_object_collecting(body, keys, None)
+    scan(body, keys, 0, &mut Check, None)
 }
 
-/// [`scan_object`], and also the span of every string value (quotes included) of a member whose
-/// name is, as written, `strings_named.0`, at any depth, pushed on `strings_named.1` in document
-/// order: a native stream frame is checked and its model names found in the one pass.
-pub fn scan_object_collecting<const N: usize>(
+/// [`scan_object`] of a native stream frame fused with its copy: the checked document is appended
+/// to `out` on the way, with the string value (quotes included) of every member whose name is, as
+/// written, `rename.0`, at any depth, replaced by `rename.1` (a stream frame's model renamed). One
+/// pass over the bytes: each renamed span is written as the scan reaches it and the rest is copied
+/// in runs, so no list of spans is kept and the frame is not walked a second time to copy it.
+///
+/// `memo` carries what the last document of the same stream taught: the frames of a stream repeat
+/// their envelope (OpenAI's chat chunks start with the same id, object, created, model and
+/// fingerprint, about 150 of their 200-odd bytes), and a prefix that is byte for byte the one
+/// already read is not read again but resumed from ([`Memo`]); the result is the same either way.
+///
+/// Duplicates of a member in `keys` are refused as [`scan_object`] refuses them (serde's rule for
+/// a struct's fields), except for the keys whose bit is set in `repeatable` (bit `i` for
+/// `keys[i]`): for those the first one's span is returned (a member located, not a field read).
+/// When the document is refused, `out` is left as it was.
+pub fn copy_object_renaming<const N: usize>(
+    out: &mut BytesMut,
     body: &[u8],
     keys: [&str; N],
-    strings_named: Option<(&str, &mut Vec<(usize, usize)>)>,
+    repeatable: u32,
+    rename: (&str, &[u8]),
+    memo: &mut Memo,
 ) -> Result<[Option<(usize, usize)>; N], ScanError> {
-    let (collect_name, collect) = match strings_named {
-        Some((n, v)) => (n.as_bytes(), Some(v)),
-        None => (&b""[..], None),
+    const {
+        assert!(
+            N <= MEMO_KEYS,
+            "a memo keeps the spans of at most MEMO_KEYS keys"
+        )
     };
+    let mark = out.len();
+    let resume = memo.resume::<N>(body);
+    let same = resume.as_ref().map_or(0, |r| r.at);
+    let mut sink = Renaming {
+        name: rename.0.as_bytes(),
+        to: rename.1,
+        out,
+        copied: 0,
+        memo,
+        recording: true,
+        top_marked: false,
+    };
+    let mut from = None;
+    if let Some(r) = resume {
+        for k in 0..r.renames {
+            let (s, e) = sink.memo.renames[k];
+            sink.replace(body, s as usize, e as usize);
+        }
+        from = Some((r.at, r.found, r.inner));
+    }
+    match scan(body, keys, repeatable, &mut sink, from) {
+        Ok(found) => {
+            sink.out.extend_from_slice(&body[sink.copied..]);
+            sink.memo.keep(body, same);
+            Ok(found)
+        }
+        Err(e) => {
+            sink.out.truncate(mark);
+            sink.memo.forget();
+            Err(e)
+        }
+    }
+}
+
+/// The spans of a scan's keys (`None` for a key not found).
+type Spans<const N: usize> = [Option<(usize, usize)>; N];
+
+/// How many bytes of a document's head a [`Memo`] keeps, the top-level members it can resume at
+/// (their starts within the head), the renamed strings it keeps, and the keys it knows the spans
+/// of ([`copy_object_renaming`]'s `keys`).
+const MEMO_HEAD: usize = 256;
+const MEMO_MARKS: usize = 16;
+const MEMO_RENAMES: usize = 4;
+const MEMO_KEYS: usize = 2;
+
+/// The head of the last document [`copy_object_renaming`] read, and the places in it where a scan
+/// can resume: the start of each member's name within the first [`MEMO_HEAD`] bytes, at the top
+/// level or inside a top-level member's value ([`Inner`]), with the spans of `keys` found before
+/// it and the renamed strings before it. What the scan knows
+/// at such a place depends only on the bytes before it (and the `"` there), so a document whose
+/// first bytes are the same, up to and including that `"`, is read from there with the same
+/// knowledge, and comes out the same as if read whole. Inline, so that it costs a stream no
+/// allocation (712 bytes in the stream's state; `a_memo_is_small`).
+#[derive(Clone)]
+pub struct Memo {
+    head: [u8; MEMO_HEAD],
+    /// How much of `head` is the last document's (up to and including its last mark's `"`).
+    len: usize,
+    marks: [Mark; MEMO_MARKS],
+    n_marks: usize,
+    /// The renamed strings of the head, in order (spans in the document, quotes included).
+    renames: [(u16, u16); MEMO_RENAMES],
+    n_renames: usize,
+}
+
+/// A place where a scan can resume: a member's name starts at `at`, at the top level or, with
+/// `inner`, inside a top-level member's value.
+#[derive(Clone, Copy, Default)]
+struct Mark {
+    at: u16,
+    /// How many of [`Memo::renames`] lie before it.
+    renames: u8,
+    found: [Option<(u16, u16)>; MEMO_KEYS],
+    inner: Option<Inner>,
+}
+
+/// Where a mark inside a top-level member's value stands: the containers open in that value
+/// (how many, and which are objects: bit k for the one opened k levels in; marks are kept only
+/// [`INNER_LEVELS`] deep), and the top-level member it is in (its name's span, whether that has
+/// escapes, where its value starts).
+#[derive(Clone, Copy, Default)]
+struct Inner {
+    open: u8,
+    objects: u8,
+    name: (u16, u16),
+    escaped: bool,
+    start: u16,
+}
+
+/// How deep inside a top-level member's value marks are kept.
+const INNER_LEVELS: usize = 8;
+
+impl Default for Memo {
+    fn default() -> Self {
+        Memo {
+            head: [0; MEMO_HEAD],
+            len: 0,
+            marks: [Mark::default(); MEMO_MARKS],
+            n_marks: 0,
+            renames: [(0, 0); MEMO_RENAMES],
+            n_renames: 0,
+        }
+    }
+}
+
+impl Memo {
+    /// The last mark that `body` shares the bytes up to, its `"` included: where to resume, the
+    /// spans found before it and how many renamed strings lie before it. The marks after it and
+    /// their renames are dropped (the scan records them again as it passes them); the head's
+    /// bytes before it stay, being `body`'s.
+    fn resume<const N: usize>(&mut self, body: &[u8]) -> Option<Resume<N>> {
+        let same = common_prefix(&self.head[..self.len], body);
+        let k = self.marks[..self.n_marks]
+            .iter()
+            .rposition(|m| (m.at as usize) < same);
+        let Some(k) = k else {
+            self.n_marks = 0;
+            self.n_renames = 0;
+            return None;
+        };
+        let m = self.marks[k];
+        self.n_marks = k;
+        self.n_renames = m.renames as usize;
+        let mut found = [None; N];
+        for (f, m) in found.iter_mut().zip(m.found) {
+            *f = m.map(|(s, e)| (s as usize, e as usize));
+        }
+        Some(Resume {
+            at: m.at as usize,
+            found,
+            renames: m.renames as usize,
+            inner: m.inner,
+        })
+    }
+
+    /// After a document was read whole: its head, up to its last mark, is kept (the bytes before
+    /// `same`, where the scan resumed, are there already).
+    fn keep(&mut self, body: &[u8], same: usize) {
+        let len = match self.n_marks {
+            0 => 0,
+            n => self.marks[n - 1].at as usize + 1,
+        };
+        if len > same {
+            self.head[same..len].copy_from_slice(&body[same..len]);
+        }
+        self.len = len;
+    }
+
+    /// After a document was refused: nothing is resumed from it.
+    fn forget(&mut self) {
+        self.len = 0;
+        self.n_marks = 0;
+        self.n_renames = 0;
+    }
+}
+
+/// Where a scan resumes ([`Memo::resume`]).
+struct Resume<const N: usize> {
+    at: usize,
+    found: Spans<N>,
+    renames: usize,
+    inner: Option<Inner>,
+}
+
+/// How many first bytes `a` and `b` share. A stream's frames usually share all of the kept
+/// head, which one `memcmp` of the whole tells at a fraction of the cost of finding where they
+/// part (eight bytes at a time), which is done only when they do.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    if a[..n] == b[..n] {
+        return n;
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("eight bytes"))
+            ^ u64::from_le_bytes(b[i..i + 8].try_into().expect("eight bytes"));
+        if x != 0 {
+            return i + x.trailing_zeros() as usize / 8;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// What a scan does with the string values of the members it is told to watch: nothing for
+/// [`scan_object`] (monomorphized away), the renaming copy for [`copy_object_renaming`].
+trait Sink {
+    /// Whether the value of a member named `name` (as written; `escaped` when it has escapes,
+    /// which are then decoded before comparing) is handed to [`Sink::string`] if it is a string.
+    fn watches(&self, name: &[u8], escaped: bool) -> bool;
+    /// The string value of a watched member, at `start..end` of the document (quotes included).
+    fn string(&mut self, body: &[u8], start: usize, end: usize);
+    /// A top-level member's name starts at `at`; `found` are the spans of the keys before it.
+    fn mark<const N: usize>(&mut self, at: usize, found: &[Option<(usize, usize)>; N]);
+    /// A member's name starts at `at` inside the value of the top-level member `top`, with
+    /// `open` containers open in that value (`objects` says which are objects).
+    fn mark_inner(&mut self, at: usize, open: usize, objects: &Kinds, top: &Top);
+}
+
+/// The top-level member whose value a scan is in: its name's span (between the quotes), whether
+/// the name has escapes, where its value starts.
+#[derive(Clone, Copy, Default)]
+struct Top {
+    name: (usize, usize),
+    escaped: bool,
+    start: usize,
+}
+
+/// [`scan_object`]'s sink: watches nothing.
+struct Check;
+
+impl Sink for Check {
+    #[inline(always)]
+    fn watches(&self, _: &[u8], _: bool) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn string(&mut self, _: &[u8], _: usize, _: usize) {}
+    #[inline(always)]
+    fn mark<const N: usize>(&mut self, _: usize, _: &[Option<(usize, usize)>; N]) {}
+    #[inline(always)]
+    fn mark_inner(&mut self, _: usize, _: usize, _: &Kinds, _: &Top) {}
+}
+
+/// [`copy_object_renaming`]'s sink: the document up to each watched string is copied, then the
+/// replacement in its place; the marks and renames of the head go to the memo.
+struct Renaming<'o> {
+    name: &'o [u8],
+    to: &'o [u8],
+    out: &'o mut BytesMut,
+    /// How much of the document is in `out` already.
+    copied: usize,
+    memo: &'o mut Memo,
+    /// Whether marks are still recorded: not past a rename the memo has no room for.
+    recording: bool,
+    /// Whether the current top-level member's mark was recorded (marks inside its value copy
+    /// its spans found).
+    top_marked: bool,
+}
+
+impl Renaming<'_> {
+    #[inline(always)]
+    fn replace(&mut self, body: &[u8], start: usize, end: usize) {
+        self.out.extend_from_slice(&body[self.copied..start]);
+        self.out.extend_from_slice(self.to);
+        self.copied = end;
+    }
+}
+
+impl Sink for Renaming<'_> {
+    /// Length and first byte are compared before the bytes, which spares most names a `memcmp`.
+    #[inline(always)]
+    fn watches(&self, name: &[u8], escaped: bool) -> bool {
+        let want = self.name;
+        if escaped {
+            return decoded_is(name, want);
+        }
+        name.len() == want.len() && name.first() == want.first() && name == want
+    }
+
+    #[inline(always)]
+    fn string(&mut self, body: &[u8], start: usize, end: usize) {
+        self.replace(body, start, end);
+        if self.recording {
+            let m = &mut *self.memo;
+            if m.n_renames < MEMO_RENAMES && end <= MEMO_HEAD {
+                m.renames[m.n_renames] = (start as u16, end as u16);
+                m.n_renames += 1;
+            } else {
+                self.recording = false;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn mark<const N: usize>(&mut self, at: usize, found: &[Option<(usize, usize)>; N]) {
+        let m = &mut *self.memo;
+        self.top_marked = false;
+        if !self.recording || at >= MEMO_HEAD || m.n_marks == MEMO_MARKS {
+            return;
+        }
+        self.top_marked = true;
+        let mut kept = [None; MEMO_KEYS];
+        for (k, f) in kept.iter_mut().zip(found) {
+            // Spans before `at` (< MEMO_HEAD) fit.
+            *k = f.map(|(s, e)| (s as u16, e as u16));
+        }
+        m.marks[m.n_marks] = Mark {
+            at: at as u16,
+            renames: m.n_renames as u8,
+            found: kept,
+            inner: None,
+        };
+        m.n_marks += 1;
+    }
+
+    #[inline(always)]
+    fn mark_inner(&mut self, at: usize, open: usize, objects: &Kinds, top: &Top) {
+        let m = &mut *self.memo;
+        if !self.recording
+            || !self.top_marked
+            || at >= MEMO_HEAD
+            || open > INNER_LEVELS
+            || m.n_marks == MEMO_MARKS
+        {
+            return;
+        }
+        // The member's own mark, or one inside its value before this: the same spans found.
+        let found = m.marks[m.n_marks - 1].found;
+        m.marks[m.n_marks] = Mark {
+            at: at as u16,
+            renames: m.n_renames as u8,
+            found,
+            inner: Some(Inner {
+                open: open as u8,
+                objects: objects.0[0] as u8,
+                name: (top.name.0 as u16, top.name.1 as u16),
+                escaped: top.escaped,
+                start: top.start as u16,
+            }),
+        };
+        m.n_marks += 1;
+    }
+}
+
+/// The one scan behind [`scan_object`] and [`copy_object_renaming`]; `resume` is where to start
+/// instead of the beginning (a top-level member's name) and the spans found before it.
+#[inline(always)]
+fn scan<const N: usize, S: Sink>(
+    body: &[u8],
+    keys: [&str; N],
+    repeatable: u32,
+    sink: &mut S,
+    resume: Option<(usize, Spans<N>, Option<Inner>)>,
+) -> Result<[Option<(usize, usize)>; N], ScanError> {
     let mut c = Cursor {
         b: body,
         i: 0,
-        collect_name,
-        collect,
+        sink,
         collecting: false,
+        top: Top::default(),
     };
     let mut found = [None; N];
-    c.ws();
-    if c.peek() != b'{' {
-        return Err(c.syntax("a JSON object"));
-    }
-    c.i += 1;
-    c.ws();
-    if c.peek() == b'}' {
-        c.i += 1;
+    let mut members = true;
+    let mut inner = None;
+    if let Some((at, before, inside)) = resume {
+        c.i = at;
+        found = before;
+        inner = inside;
     } else {
-        loop {
+        c.ws();
+        if c.peek() != b'{' {
+            return Err(c.syntax("a JSON object"));
+        }
+        c.i += 1;
+        c.ws();
+        if c.peek() == b'}' {
+            c.i += 1;
+            members = false;
+        }
+    }
+    while members {
+        let start;
+        if let Some(r) = inner.take() {
+            // Resumed at a member's name inside this top-level member's value.
+            c.top = Top {
+                name: (r.name.0 as usize, r.name.1 as usize),
+                escaped: r.escaped,
+                start: r.start as usize,
+            };
+            start = c.top.start;
+            c.value_in(1, r.open as usize, Kinds([u64::from(r.objects), 0]), true)?;
+        } else {
             if c.peek() != b'"' {
                 return Err(c.syntax("a member name"));
             }
+            c.sink.mark(c.i, &found);
             let name_start = c.i + 1;
             let escaped = c.string()?;
-            let name = &body[name_start..c.i - 1];
+            let name_end = c.i - 1;
             c.ws();
             if c.peek() != b':' {
                 return Err(c.syntax("`:`"));
             }
             c.i += 1;
             c.ws();
-            let start = c.i;
-            c.collecting = c.collects(name, escaped);
-            c.value(1)?;
-            let end = c.i;
-            let which = if escaped {
-                let at = name_start;
-                let name = decode_str(name).map_err(|what| ScanError::Syntax { what, at })?;
-                keys.iter().position(|k| *k == name)
-            } else {
-                if !name.is_ascii() && std::str::from_utf8(name).is_err() {
-                    return Err(ScanError::Syntax {
-                        what: "a UTF-8 member name",
-                        at: name_start,
-                    });
-                }
-                keys.iter().position(|k| k.as_bytes() == name)
+            start = c.i;
+            c.collecting = c.sink.watches(&body[name_start..name_end], escaped);
+            c.top = Top {
+                name: (name_start, name_end),
+                escaped,
+                start,
             };
-            if let Some(k) = which {
-                if found[k].is_some() {
-                    return Err(ScanError::Duplicate(k));
-                }
+            c.value(1)?;
+        }
+        let end = c.i;
+        let (name_start, escaped) = (c.top.name.0, c.top.escaped);
+        let name = &body[name_start..c.top.name.1];
+        let which = if escaped {
+            let at = name_start;
+            let name = decode_str(name).map_err(|what| ScanError::Syntax { what, at })?;
+            keys.iter().position(|k| *k == name)
+        } else {
+            if !name.is_ascii() && std::str::from_utf8(name).is_err() {
+                return Err(ScanError::Syntax {
+                    what: "a UTF-8 member name",
+                    at: name_start,
+                });
+            }
+            keys.iter().position(|k| k.as_bytes() == name)
+        };
+        if let Some(k) = which {
+            if found[k].is_none() {
                 found[k] = Some((start, end));
+            } else if repeatable >> k & 1 == 0 {
+                return Err(ScanError::Duplicate(k));
             }
-            c.ws();
-            match c.peek() {
-                b',' => {
-                    c.i += 1;
-                    c.ws();
-                }
-                b'}' => {
-                    c.i += 1;
-                    break;
-                }
-                _ => return Err(c.syntax("`,` or `}`")),
+        }
+        c.ws();
+        match c.peek() {
+            b',' => {
+                c.i += 1;
+                c.ws();
             }
+            b'}' => {
+                c.i += 1;
+                members = false;
+            }
+            _ => return Err(c.syntax("`,` or `}`")),
         }
     }
     c.ws();
@@ -288,18 +672,42 @@ fn hex4(digits: Option<&[u8]>) -> Option<u16> {
     Some(n)
 }
 
-/// A position in a document being checked, and what it collects on the way.
-struct Cursor<'a, 'c> {
-    b: &'a [u8],
-    i: usize,
-    /// Members whose string values are collected, and where they go.
-    collect_name: &'c [u8],
-    collect: Option<&'c mut Vec<(usize, usize)>>,
-    /// The value about to be read is one to collect.
-    collecting: bool,
+/// Which open containers are objects, a bit per level: [`MAX_DEPTH`] levels in two words, each
+/// level's bit in one of them (a `u128` shifted by a variable amount costs a dozen instructions
+/// per container opened and per element closed; a word's shift one).
+struct Kinds([u64; 2]);
+
+impl Kinds {
+    #[inline(always)]
+    fn set(&mut self, level: usize, object: bool) {
+        let word = &mut self.0[level >> 6 & 1];
+        let bit = 1u64 << (level & 63);
+        if object {
+            *word |= bit;
+        } else {
+            *word &= !bit;
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, level: usize) -> bool {
+        self.0[level >> 6 & 1] >> (level & 63) & 1 == 1
+    }
 }
 
-impl Cursor<'_, '_> {
+/// A position in a document being checked, and what is done on the way.
+struct Cursor<'a, 's, S> {
+    b: &'a [u8],
+    i: usize,
+    /// What is done with the string values of watched members.
+    sink: &'s mut S,
+    /// The value about to be read is a watched member's.
+    collecting: bool,
+    /// The top-level member whose value is being read (for the marks inside it).
+    top: Top,
+}
+
+impl<S: Sink> Cursor<'_, '_, S> {
     /// The byte at the cursor, 0 past the end (0 is never valid where a token is expected).
     #[inline]
     fn peek(&self) -> u8 {
@@ -317,21 +725,6 @@ impl Cursor<'_, '_> {
         }
     }
 
-    /// Whether the value of a member named `name` (as written; `escaped` when it has escapes, which
-    /// are then decoded before comparing) is one to collect. Length and first byte are compared
-    /// before the bytes, which spares most names a `memcmp`.
-    #[inline(always)]
-    fn collects(&self, name: &[u8], escaped: bool) -> bool {
-        let want = self.collect_name;
-        if escaped {
-            return self.collect.is_some() && decoded_is(name, want);
-        }
-        self.collect.is_some()
-            && name.len() == want.len()
-            && name.first() == want.first()
-            && name == want
-    }
-
     #[cold]
     fn syntax(&self, what: &'static str) -> ScanError {
         ScanError::Syntax { what, at: self.i }
@@ -340,18 +733,29 @@ impl Cursor<'_, '_> {
     /// One value of any kind, the cursor on its first byte; `depth` is how deeply the place it
     /// stands in is nested. Containers are walked with a stack of bits, not recursion.
     fn value(&mut self, depth: usize) -> Result<(), ScanError> {
-        // Bit k: whether the container opened k levels below `depth` is an object.
-        let mut objects: u128 = 0;
-        let mut open = 0usize;
+        self.value_in(depth, 0, Kinds([0; 2]), false)
+    }
+
+    /// [`Cursor::value`] from inside it: `open` containers open below `depth` (`objects` says
+    /// which are objects: bit k for the one opened k levels in), the cursor on a member's name
+    /// in the innermost when `at_name` (a memo's mark).
+    fn value_in(
+        &mut self,
+        depth: usize,
+        mut open: usize,
+        mut objects: Kinds,
+        at_name: bool,
+    ) -> Result<(), ScanError> {
+        if at_name {
+            self.member_name()?;
+        }
         'value: loop {
             match self.peek() {
                 b'"' => {
                     let start = self.i;
                     self.string()?;
                     if self.collecting {
-                        if let Some(v) = self.collect.as_deref_mut() {
-                            v.push((start, self.i));
-                        }
+                        self.sink.string(self.b, start, self.i);
                     }
                 }
                 c @ (b'{' | b'[') => {
@@ -360,13 +764,14 @@ impl Cursor<'_, '_> {
                         return Err(ScanError::TooDeep);
                     }
                     let object = c == b'{';
-                    objects = objects & !(1 << open) | (object as u128) << open;
+                    objects.set(open, object);
                     open += 1;
                     self.i += 1;
                     self.ws();
                     let close = if object { b'}' } else { b']' };
                     if self.peek() != close {
                         if object {
+                            self.sink.mark_inner(self.i, open, &objects, &self.top);
                             self.member_name()?;
                         }
                         continue 'value;
@@ -384,12 +789,13 @@ impl Cursor<'_, '_> {
             // After a complete value: close what ends here, or go on to the next element.
             while open > 0 {
                 self.ws();
-                let object = objects >> (open - 1) & 1 == 1;
+                let object = objects.get(open - 1);
                 match (self.peek(), object) {
                     (b',', _) => {
                         self.i += 1;
                         self.ws();
                         if object {
+                            self.sink.mark_inner(self.i, open, &objects, &self.top);
                             self.member_name()?;
                         }
                         continue 'value;
@@ -414,7 +820,7 @@ impl Cursor<'_, '_> {
         }
         let start = self.i + 1;
         let escaped = self.string()?;
-        self.collecting = self.collects(&self.b[start..self.i - 1], escaped);
+        self.collecting = self.sink.watches(&self.b[start..self.i - 1], escaped);
         self.ws();
         if self.peek() != b':' {
             return Err(self.syntax("`:`"));
@@ -537,17 +943,6 @@ impl Cursor<'_, '_> {
     }
 }
 
-/// Copies `data` to `out` with each of `spans` (ascending, not overlapping) replaced by `to`.
-pub fn copy_replacing(out: &mut BytesMut, data: &[u8], spans: &[(usize, usize)], to: &[u8]) {
-    let mut pos = 0;
-    for &(s, e) in spans {
-        out.extend_from_slice(&data[pos..s]);
-        out.extend_from_slice(to);
-        pos = e;
-    }
-    out.extend_from_slice(&data[pos..]);
-}
-
 /// End (exclusive) of the JSON string literal starting at `start`, if one starts there. Most
 /// strings are short (keys, ids): the first 32 bytes are searched eight at a time, the rest of a
 /// long one with memchr's vector search.
@@ -642,16 +1037,130 @@ mod tests {
     }
 
     #[test]
-    fn collects_model_strings_at_any_depth_and_renames_them() {
+    fn renames_model_strings_at_any_depth_while_copying() {
         let data = br#"{"message":{"model": "up-2024","x":{"model":"o\"q","t":"say \"model\":\"x\""}},"model":"up","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"esc"}"#;
-        let mut spans = Vec::new();
-        let [error] = scan_object_collecting(data, ["error"], Some(("model", &mut spans))).unwrap();
+        let mut out = BytesMut::from(&b"data: "[..]);
+        let [error] = copy_object_renaming(
+            &mut out,
+            data,
+            ["error"],
+            0,
+            ("model", br#""alias""#),
+            &mut Memo::default(),
+        )
+        .unwrap();
         assert_eq!(error, None);
-        let mut out = BytesMut::new();
-        copy_replacing(&mut out, data, &spans, br#""alias""#);
+        let out = out.split_off(6);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"message":{"model": "alias","x":{"model":"alias","t":"say \"model\":\"x\""}},"model":"alias","n":{"model":3},"a":{"model":["s"]},"mod\u0065l":"alias"}"#
+        );
+    }
+
+    /// A memo changes nothing but the work: a stream of frames that share envelopes of every
+    /// length (and broken ones among them) reads the same with a memo kept from frame to frame as
+    /// with a fresh one each time.
+    #[test]
+    fn a_memo_reads_every_frame_as_a_fresh_scan_does() {
+        let bases: [&[u8]; 6] = [
+            br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}],"obfuscation":"ab"}"#,
+            br#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[],"usage":{"prompt_tokens":1},"model":"again"}"#,
+            br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x\"model\""}}"#,
+            br#" { "id" : "c", "model" : "m", "error" : null , "x":{"model":"n"},"model":"o","model":"p","model":"q" } "#,
+            br#"{"a":"b","mod\u0065l":"m","choices":[1],"choices":[2],"error":{"model":"z"},"c":1}"#,
+            br#"{"x":[{"a":{"b":[{"c":{"model":"m","d":[{"e":{"f":{"g":{"h":{"i":{"model":"n","j":1}}}}}}]}}]}}],"model":"o","y":{"z":{"model":"p","q":[true,false,null,-1.5e3]}}}"#,
+        ];
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut memo = Memo::default();
+        let mut ok = 0;
+        let mut base = 0;
+        for _ in 0..20_000 {
+            // Mostly the same base as the last frame, as a stream's frames are.
+            if rand(4) == 0 {
+                base = rand(bases.len());
+            }
+            let mut f = bases[base].to_vec();
+            match rand(6) {
+                0 => {}
+                1 => {
+                    let at = rand(f.len());
+                    f[at] = b"\" :,{}[]0a\\x\n\x01"[rand(14)];
+                }
+                2 => f.truncate(rand(f.len() + 1)),
+                3 => {
+                    let at = rand(f.len());
+                    f.insert(at, b" \"9,"[rand(4)]);
+                }
+                4 => {
+                    let at = rand(f.len());
+                    f.remove(at);
+                }
+                _ => {
+                    let at = rand(f.len());
+                    f[at..].reverse();
+                }
+            }
+            let run = |memo: &mut Memo| {
+                let mut out = BytesMut::from(&b"x"[..]);
+                let r = copy_object_renaming(
+                    &mut out,
+                    &f,
+                    ["error", "choices"],
+                    0b10,
+                    ("model", b"\"alias\""),
+                    memo,
+                );
+                (r, out)
+            };
+            let kept = run(&mut memo);
+            let fresh = run(&mut Memo::default());
+            assert_eq!(kept, fresh, "{}", String::from_utf8_lossy(&f));
+            ok += kept.0.is_ok() as usize;
+        }
+        assert!(ok > 5_000, "enough valid frames: {ok}");
+    }
+
+    /// Objects and arrays alternating across the two words of [`Kinds`]: every closing bracket
+    /// must match its container's kind at every level.
+    #[test]
+    fn containers_close_by_their_kind_at_every_depth() {
+        for n in [1usize, 30, 62, 63, 64, 65, 66, 100, 126] {
+            let mut doc = String::from("{\"x\":");
+            for k in 0..n {
+                doc.push_str(if k % 2 == 0 { "[" } else { "{\"a\":" });
+            }
+            doc.push('1');
+            for k in (0..n).rev() {
+                doc.push(if k % 2 == 0 { ']' } else { '}' });
+            }
+            doc.push('}');
+            assert!(scan_object(doc.as_bytes(), ["x"]).is_ok(), "depth {n}");
+            // Each closing bracket in turn swapped for the other kind.
+            let closes: Vec<usize> = doc.match_indices([']', '}']).map(|(i, _)| i).collect();
+            for &at in &closes[..closes.len() - 1] {
+                let mut bad = doc.clone().into_bytes();
+                bad[at] = if bad[at] == b']' { b'}' } else { b']' };
+                assert!(
+                    scan_object(&bad, ["x"]).is_err(),
+                    "depth {n}, swapped at {at}"
+                );
+            }
+        }
+    }
+
+    /// A memo is part of every native stream's state: it stays under 0.8 KB.
+    #[test]
+    fn a_memo_is_small() {
+        assert!(
+            std::mem::size_of::<Memo>() <= 800,
+            "{}",
+            std::mem::size_of::<Memo>()
         );
     }
 }

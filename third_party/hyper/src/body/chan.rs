@@ -12,11 +12,13 @@ pub(crate) fn channel(wanter: bool) -> (Sender, Receiver) {
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             item: None,
+            next: None,
             pending_error: None,
             trailers: None,
             sender_open: true,
             receiver_open: true,
             want: !wanter,
+            sender_waiting: false,
         }),
         sender_waker: AtomicWaker::new(),
         receiver_waker: AtomicWaker::new(),
@@ -53,6 +55,13 @@ struct Shared {
 
 struct State {
     item: Option<Result<Bytes, crate::Error>>,
+    /// A second chunk, sent while `item` was still there; it moves into `item` when that is
+    /// taken. With room for two, a sender that has just sent a chunk finds room for the next
+    /// while the receiver has not yet taken the first, so it goes back to its socket without
+    /// waiting for the take (and without the take waking it; see `sender_waiting`). HTTP/1's
+    /// dispatcher asks for room again right after each send, before it reads on: with one slot
+    /// it always waited, and every chunk cost its task a wake and a poll (gateway issue 29).
+    next: Option<Bytes>,
     // An error must not displace data which was already accepted. The old
     // mpsc channel achieved this by sending the error from a cloned sender.
     pending_error: Option<crate::Error>,
@@ -60,17 +69,32 @@ struct State {
     sender_open: bool,
     receiver_open: bool,
     want: bool,
+    /// The sender's last `poll_ready` answered `Pending` (the slot full, or not wanted yet) and
+    /// no take has woken it since. Only then does a take wake it: a sender that found room sent
+    /// its chunk and went on to read its socket, and a wake for the taken chunk would only poll
+    /// its task once more for nothing (once per chunk: per SSE event on the gateway's upstream
+    /// connections, gateway issue 29). A dropped receiver still wakes it, waiting or not.
+    sender_waiting: bool,
+}
+
+/// Whether a chunk can be sent: a slot is free and no error is queued (data never follows an
+/// error, which stays the last thing the receiver gets).
+fn has_room(state: &State) -> bool {
+    state.next.is_none()
+        && state.pending_error.is_none()
+        && !matches!(state.item, Some(Err(_)))
 }
 
 impl Sender {
     pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<crate::Result<()>> {
         self.shared.sender_waker.register(cx.waker());
-        let state = self.shared.state.lock().panic_if_poisoned();
+        let mut state = self.shared.state.lock().panic_if_poisoned();
         if !state.receiver_open {
             Poll::Ready(Err(crate::Error::new_closed()))
-        } else if state.want && state.item.is_none() && state.pending_error.is_none() {
+        } else if state.want && has_room(&state) {
             Poll::Ready(Ok(()))
         } else {
+            state.sender_waiting = true;
             Poll::Pending
         }
     }
@@ -90,14 +114,14 @@ impl Sender {
 
     pub(crate) fn try_send_data(&mut self, chunk: Bytes) -> Result<(), Bytes> {
         let mut state = self.shared.state.lock().panic_if_poisoned();
-        if !state.receiver_open
-            || !state.want
-            || state.item.is_some()
-            || state.pending_error.is_some()
-        {
+        if !state.receiver_open || !state.want || !has_room(&state) {
             return Err(chunk);
         }
-        state.item = Some(Ok(chunk));
+        if state.item.is_none() {
+            state.item = Some(Ok(chunk));
+        } else {
+            state.next = Some(chunk);
+        }
         drop(state);
         self.shared.receiver_waker.wake();
         Ok(())
@@ -165,19 +189,18 @@ impl Receiver {
 
         self.shared.receiver_waker.register(cx.waker());
         let mut state = self.shared.state.lock().panic_if_poisoned();
-        let wake_sender = if !state.want {
-            state.want = true;
-            true
-        } else {
-            false
-        };
+        state.want = true;
+        // Whatever this poll changes (the want given, the slot emptied), a waiting sender is
+        // woken once; one that is not waiting finds it when it next asks.
+        let wake_sender = std::mem::take(&mut state.sender_waiting);
         if let Some(item) = state.item.take() {
+            state.item = state.next.take().map(Ok);
             // A dropped sender never polls again: waking its task for this would only make the
             // task poll once more for nothing (the dispatcher drops the sender as soon as it has
             // sent a body's last chunk).
             let sender_open = state.sender_open;
             drop(state);
-            if sender_open {
+            if sender_open && wake_sender {
                 self.shared.sender_waker.wake();
             }
             return Poll::Ready(Some(item));
@@ -318,5 +341,62 @@ mod tests {
         assert!(rx.poll_next(&mut cx).is_pending());
         drop(tx);
         assert_eq!(wakes(), 2);
+    }
+
+    #[test]
+    fn a_take_wakes_only_a_waiting_sender() {
+        struct Count(AtomicUsize);
+
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let wakes = || count.0.load(Ordering::Relaxed);
+
+        // The sender found room, sent, and did not wait: taking the chunk wakes nobody.
+        let (mut tx, mut rx) = channel(false);
+        assert!(tx.poll_ready(&mut cx).is_ready());
+        tx.try_send_data(Bytes::from_static(b"a")).unwrap();
+        assert!(rx.poll_next(&mut cx).is_ready());
+        let receiver_wakes = wakes();
+        assert_eq!(receiver_wakes, 1, "the send woke the receiver");
+
+        // Room for a second chunk before the first is taken; with both slots full the sender
+        // waits, and the take wakes it, once. The chunks come out in order.
+        tx.try_send_data(Bytes::from_static(b"b")).unwrap();
+        assert!(tx.poll_ready(&mut cx).is_ready());
+        tx.try_send_data(Bytes::from_static(b"c")).unwrap();
+        assert!(tx.poll_ready(&mut cx).is_pending());
+        assert!(tx.try_send_data(Bytes::from_static(b"x")).is_err());
+        let take = |rx: &mut Receiver, cx: &mut Context<'_>| match rx.poll_next(cx) {
+            Poll::Ready(Some(Ok(b))) => b,
+            _ => panic!("a chunk"),
+        };
+        assert_eq!(take(&mut rx, &mut cx), "b");
+        assert_eq!(wakes(), receiver_wakes + 3);
+        assert_eq!(take(&mut rx, &mut cx), "c");
+        assert!(rx.poll_next(&mut cx).is_pending());
+        assert_eq!(wakes(), receiver_wakes + 3);
+        assert!(tx.poll_ready(&mut cx).is_ready());
+
+        // An error queued behind data takes no data after it.
+        tx.try_send_data(Bytes::from_static(b"d")).unwrap();
+        tx.send_error(crate::Error::new_incomplete());
+        assert!(tx.poll_ready(&mut cx).is_pending());
+        assert_eq!(take(&mut rx, &mut cx), "d");
+        assert!(matches!(rx.poll_next(&mut cx), Poll::Ready(Some(Err(_)))));
+
+        // A wanter waiting for the want is woken when the receiver first polls.
+        let (mut tx, mut rx) = channel(true);
+        let before = wakes();
+        assert!(tx.poll_ready(&mut cx).is_pending());
+        assert!(rx.poll_next(&mut cx).is_pending());
+        assert_eq!(wakes(), before + 1);
+        assert!(tx.poll_ready(&mut cx).is_ready());
     }
 }

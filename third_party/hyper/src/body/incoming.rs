@@ -447,14 +447,15 @@ mod tests {
 
     #[cfg(feature = "http1")]
     #[test]
-    fn channel_buffers_one() {
+    fn channel_buffers_two() {
         let (mut tx, _rx) = Incoming::channel();
 
         tx.try_send_data("chunk 1".into()).expect("send 1");
+        tx.try_send_data("chunk 2".into()).expect("send 2");
 
-        // buffer is now full
-        let chunk2 = tx.try_send_data("chunk 2".into()).expect_err("send 2");
-        assert_eq!(chunk2, "chunk 2");
+        // buffer is now full (two chunks: `chan.rs`, `State::next`)
+        let chunk3 = tx.try_send_data("chunk 3".into()).expect_err("send 3");
+        assert_eq!(chunk3, "chunk 3");
     }
 
     #[cfg(all(feature = "http1", any(feature = "client", feature = "server")))]

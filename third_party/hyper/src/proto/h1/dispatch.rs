@@ -147,8 +147,6 @@ where
         cx: &mut Context<'_>,
         should_shutdown: bool,
     ) -> Poll<crate::Result<Dispatched>> {
-        T::update_date();
-
         ready!(self.poll_loop(cx))?;
 
         if self.is_done() {
@@ -172,6 +170,14 @@ where
         // 16 was chosen arbitrarily, as that is number of pipelined requests
         // benchmarks often use. Perhaps it should be a config option instead.
         for _ in 0..16 {
+            // The cached `Date` is refreshed (a clock read) before anything that can write a head
+            // (an error answer to a bad request in `poll_read`, the service's answer in
+            // `poll_write`), but not while a body is being written: no head can be written then,
+            // and a streamed answer's connection is polled once per event (gateway issue 29).
+            // A body that ends in `poll_write` refreshes it there before the next head.
+            if !self.conn.can_write_body() {
+                T::update_date();
+            }
             let _ = self.poll_read(cx)?;
             let write_ready = self.poll_write(cx)?.is_ready();
             let flush_ready = self.poll_flush(cx)?.is_ready();
@@ -378,6 +384,8 @@ where
                         self.body_rx.set(Some(body));
                         btype
                     };
+                    // See `poll_loop`: a body written earlier in this pass may have skipped it.
+                    T::update_date();
                     self.conn.write_head(head, body_type);
                 } else {
                     self.close();

@@ -347,15 +347,25 @@ struct ChunkSize {
 }
 
 impl ChunkSize {
+    /// `len` in hexadecimal (upper case, as `{:X}` writes it) and CRLF: a chunk's size line.
+    /// Written digit by digit, not through `write!`: std::fmt's machinery (`fmt::write`,
+    /// `pad_integral`, `UpperHex`) cost about 0.2K instructions per chunk, and a streamed SSE
+    /// event is one chunk (gateway issue 29).
     fn new(len: usize) -> ChunkSize {
-        use std::fmt::Write;
-        let mut size = ChunkSize {
-            bytes: [0; CHUNK_SIZE_MAX_BYTES + 2],
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut bytes = [0; CHUNK_SIZE_MAX_BYTES + 2];
+        let bits = usize::BITS - len.leading_zeros();
+        let digits = (bits.div_ceil(4) as usize).max(1);
+        for (i, b) in bytes[..digits].iter_mut().rev().enumerate() {
+            *b = HEX[len >> (4 * i) & 0xF];
+        }
+        bytes[digits] = b'\r';
+        bytes[digits + 1] = b'\n';
+        ChunkSize {
+            bytes,
             pos: 0,
-            len: 0,
-        };
-        write!(&mut size, "{len:X}\r\n").expect("CHUNK_SIZE_MAX_BYTES should fit any usize");
-        size
+            len: (digits + 2) as u8,
+        }
     }
 }
 
@@ -384,19 +394,6 @@ impl fmt::Debug for ChunkSize {
             .field("bytes", &&self.bytes[..self.len.into()])
             .field("pos", &self.pos)
             .finish()
-    }
-}
-
-impl fmt::Write for ChunkSize {
-    #[allow(clippy::cast_possible_truncation)]
-    fn write_str(&mut self, num: &str) -> fmt::Result {
-        use std::io::Write;
-        (&mut self.bytes[self.len.into()..])
-            .write_all(num.as_bytes())
-            .expect("&mut [u8].write() cannot error");
-        debug_assert!(u8::try_from(num.len()).is_ok());
-        self.len += num.len() as u8; // safe because bytes is never bigger than 255
-        Ok(())
     }
 }
 
@@ -444,7 +441,20 @@ mod tests {
     };
 
     use super::super::io::Cursor;
-    use super::Encoder;
+    use super::{ChunkSize, Encoder};
+
+    #[test]
+    fn chunk_size_lines_are_what_fmt_writes() {
+        use bytes::Buf;
+        let mut sizes = vec![0, 1, 9, 10, 15, 16, 255, 256, 4095, 4096, usize::MAX];
+        for k in 0..usize::BITS {
+            sizes.extend([1usize << k, (1usize << k) - 1, (1usize << k) | 0xA5]);
+        }
+        for len in sizes {
+            let line = ChunkSize::new(len);
+            assert_eq!(line.chunk(), format!("{len:X}\r\n").as_bytes(), "{len}");
+        }
+    }
 
     #[test]
     fn chunked() {

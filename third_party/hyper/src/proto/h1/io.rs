@@ -141,7 +141,7 @@ where
     /// - The write buf is in queue mode, and some of the past body is still
     ///   needing to be flushed.
     pub(crate) fn can_headers_buf(&self) -> bool {
-        !self.write_buf.queue.has_remaining()
+        self.write_buf.queued == 0
     }
 
     pub(crate) fn headers_buf(&mut self) -> &mut Vec<u8> {
@@ -342,11 +342,23 @@ where
             }
 
             const MAX_WRITEV_BUFS: usize = 64;
+            // Most flushes write a head or a chunk or two (a chunk is three slices: its size line,
+            // its data, CRLF): their slices are gathered in a short array first, and only when
+            // that fills up in the full one. Initialising 64 slices (1 KiB) cost more than the
+            // rest of such a flush's gathering (gateway issue 29: one flush per SSE event). When
+            // the short array is not full it holds every slice, so the write is the same.
+            const FEW_WRITEV_BUFS: usize = 8;
             loop {
                 let n = {
-                    let mut iovs = [IoSlice::new(&[]); MAX_WRITEV_BUFS];
-                    let len = self.write_buf.chunks_vectored(&mut iovs);
-                    ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &iovs[..len]))?
+                    let mut few = [IoSlice::new(&[]); FEW_WRITEV_BUFS];
+                    let len = self.write_buf.chunks_vectored(&mut few);
+                    if len < FEW_WRITEV_BUFS {
+                        ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &few[..len]))?
+                    } else {
+                        let mut iovs = [IoSlice::new(&[]); MAX_WRITEV_BUFS];
+                        let len = self.write_buf.chunks_vectored(&mut iovs);
+                        ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &iovs[..len]))?
+                    }
                 };
                 // TODO(eliza): we have to do this manually because
                 // `poll_write_buf` doesn't exist in Tokio 0.3 yet...when
@@ -601,6 +613,11 @@ pub(super) struct WriteBuf<B> {
     max_buf_size: usize,
     /// Deque of user buffers if strategy is `Queue`.
     queue: BufList<B>,
+    /// The bytes in `queue` not yet written (its `remaining()`), counted as buffers are queued and
+    /// written: `BufList::remaining` sums every queued buffer's (each a chain of a chunk's size
+    /// line, data and CRLF), and a body chunk's trip through the dispatcher asks it half a dozen
+    /// times (`can_buffer`, `has_buffered_write`, `poll_flush`): gateway issue 29.
+    queued: usize,
     strategy: WriteStrategy,
 }
 
@@ -611,6 +628,7 @@ impl<B: Buf> WriteBuf<B> {
             headers: Cursor::new(Vec::new()),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
+            queued: 0,
             strategy,
         }
     }
@@ -651,7 +669,9 @@ impl<B: Buf> WriteBuf<B> {
                     buf.len = buf.remaining(),
                     "buffer.queue"
                 );
-                self.queue.push(buf.into());
+                let buf: B = buf.into();
+                self.queued += buf.remaining();
+                self.queue.push(buf);
             }
         }
     }
@@ -689,7 +709,8 @@ impl<B: Buf> fmt::Debug for WriteBuf<B> {
 impl<B: Buf> Buf for WriteBuf<B> {
     #[inline]
     fn remaining(&self) -> usize {
-        self.headers.remaining() + self.queue.remaining()
+        debug_assert_eq!(self.queued, self.queue.remaining());
+        self.headers.remaining() + self.queued
     }
 
     #[inline]
@@ -712,6 +733,7 @@ impl<B: Buf> Buf for WriteBuf<B> {
             cmp::Ordering::Less => {
                 let qcnt = cnt - hrem;
                 self.headers.reset();
+                self.queued -= qcnt;
                 self.queue.advance(qcnt);
             }
         }
