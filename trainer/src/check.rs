@@ -255,6 +255,11 @@ impl Expect {
         if self.dialect == Dialect::Chat && self.usage_chunk && !usage_seen {
             return Err("stream_options.include_usage was set but no usage chunk came".into());
         }
+        // The gateway asks an OpenAI-style upstream for usage on every chat stream; a client
+        // that did not ask must not get the usage chunk.
+        if self.dialect == Dialect::Chat && !self.usage_chunk && usage_seen {
+            return Err("a usage chunk came, but the client did not ask for one".into());
+        }
         Ok(text)
     }
 }
@@ -278,6 +283,19 @@ mod tests {
             Rendered::Json(b) => b.to_vec(),
             Rendered::Sse { frames, .. } => frames.concat(),
         }
+    }
+
+    #[test]
+    fn a_chat_stream_that_did_not_ask_for_usage_gets_no_usage_chunk() {
+        let body = br#"{"model":"m","stream":true,"messages":[{"role":"user","content":"x [[mock:frames:5]]"}]}"#;
+        let e = Expect::for_payload(Dialect::Chat, body).unwrap();
+        let mut plan = crate::mock::plan(Dialect::Chat, body).unwrap();
+        e.check(200, &rendered_body(Dialect::Chat, &plan)).unwrap();
+        plan.include_usage = true;
+        let err = e
+            .check(200, &rendered_body(Dialect::Chat, &plan))
+            .unwrap_err();
+        assert!(err.contains("did not ask"), "{err}");
     }
 
     #[test]
