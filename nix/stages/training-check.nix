@@ -35,6 +35,7 @@ toolchain.runStage {
       --min-overlap ${toString minOverlap} \
       --refresh-command ${builtins.toJSON refreshCommand} \
       --verdict "$out/verdict.json" \
+      --training "$training/manifest.json" \
       || fail "the freshness check of the pinned ${kind} profile failed (see above)"
   '';
 }

@@ -11,7 +11,6 @@ mod batch_report;
 mod cleanup;
 mod driver;
 mod pin;
-mod procfs;
 mod rig;
 mod stats;
 
@@ -19,7 +18,7 @@ mod stats;
 pub use batch_report::synthetic as report_synthetic;
 pub use batch_report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
 
-use crate::{check, load, shapes, train};
+use crate::{check, load, procfs, shapes, train};
 use anyhow::{bail, Context, Result};
 use batch_report::{Binary, Leg, RigFloor, Settings, Window};
 use bytes::Bytes;

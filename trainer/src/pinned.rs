@@ -147,6 +147,10 @@ pub struct CheckArgs {
     /// Where to write the verdict (JSON; nothing in it depends on the fresh run).
     #[arg(long)]
     pub verdict: PathBuf,
+    /// The fresh training's manifest: a stale verdict says how busy the machine was, since a
+    /// busy machine's training moves the counts by itself.
+    #[arg(long)]
+    pub training: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -184,7 +188,16 @@ pub struct PinArgs {
     /// The repository's profiles/ directory.
     #[arg(long)]
     pub profiles: PathBuf,
+    /// Most CPU time, in percent of the machine, that other work may have used while the fresh
+    /// profile trained (its manifest's `training.machine.other_cpu_pct`; `machine_load.rs` says
+    /// why a busy machine's profile is refused).
+    #[arg(long, default_value_t = DEFAULT_MAX_OTHER_CPU_PCT)]
+    pub max_other_cpu_pct: f64,
 }
+
+/// Pin's default `--max-other-cpu-pct`: a quiet machine measures under 2% (docs in
+/// profiles/README.md); a build beside the training takes 30% and more.
+pub const DEFAULT_MAX_OTHER_CPU_PCT: f64 = 10.0;
 
 pub fn run(args: ProfileArgs) -> Result<()> {
     match args.command {
@@ -388,6 +401,7 @@ fn write_manifest(a: &ManifestArgs) -> Result<()> {
             "requests_checked": training["requests_checked"],
             "profile_files": training["profile_files"],
             "profile_bytes": training["profile_bytes"],
+            "machine": training["machine"],
         },
         "counts": {
             "functions": profile.functions.len(),
@@ -713,9 +727,10 @@ fn check(a: &CheckArgs) -> Result<()> {
     }
     if !stale.is_empty() {
         bail!(
-            "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit profiles/",
+            "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit profiles/{}",
             stale.join("; "),
-            a.refresh_command
+            a.refresh_command,
+            busy_note(a.training.as_deref())
         );
     }
     let verdict = json!({
@@ -729,6 +744,20 @@ fn check(a: &CheckArgs) -> Result<()> {
     write_json(&a.verdict, &verdict)?;
     eprintln!("freshness check passed: the pinned {kind} profile agrees with a fresh training");
     Ok(())
+}
+
+/// A stale verdict's note on a training that ran beside other work: its counts may have moved
+/// with the load, not with the code, so it is worth training again on a quiet machine first.
+fn busy_note(training: Option<&Path>) -> String {
+    let other = training
+        .and_then(|t| read_json(t, "training manifest").ok())
+        .and_then(|m| m["machine"]["other_cpu_pct"].as_f64());
+    match other {
+        Some(o) if o > DEFAULT_MAX_OTHER_CPU_PCT => format!(
+            " (but this training ran while other work used {o:.1}% of the machine's CPU, more than the {DEFAULT_MAX_OTHER_CPU_PCT}% a refresh allows: a busy machine moves the counts by itself, so train again on a quiet one before refreshing)"
+        ),
+        _ => String::new(),
+    }
 }
 
 /// The function-coverage report of a fresh LLVM profile (`trainer profile-coverage`, written by
@@ -745,6 +774,18 @@ fn pin(a: &PinArgs) -> Result<()> {
             a.fresh.display()
         ),
     };
+    match m["training"]["machine"]["other_cpu_pct"].as_f64() {
+        Some(o) if o <= a.max_other_cpu_pct => {}
+        Some(o) => bail!(
+            "pin: the fresh {} profile was trained while other work used {o:.1}% of the machine's CPU, more than --max-other-cpu-pct {}: its counts moved with the load (a profile pinned from a busy machine fails the next quiet freshness check); refresh again with nothing else running",
+            kind.name(),
+            a.max_other_cpu_pct
+        ),
+        None => bail!(
+            "pin: {}/manifest.json does not say how busy the machine was while it trained (training.machine.other_cpu_pct): train it again with this trainer",
+            a.fresh.display()
+        ),
+    }
     let file = file_name(kind);
     let fresh_file = a.fresh.join(file);
     if sha256_file(&fresh_file)? != str_at(&m, &["sha256"]).unwrap_or("") {
@@ -1014,8 +1055,14 @@ mod tests {
                 min_overlap: min,
                 refresh_command: "refresh-it".into(),
                 verdict: verdict.clone(),
+                training: Some(dir.join("training.json")),
             })
         };
+        write_json(
+            &dir.join("training.json"),
+            &json!({ "machine": { "other_cpu_pct": 1.5 } }),
+        )
+        .unwrap();
         // Counts a little different: fresh, and the verdict does not depend on them.
         run(&PROFILE.replace("\n10\n", "\n11\n"), 95.0).unwrap();
         // A function that neither training ran changed (a cold edit), or a new one neither ran:
@@ -1060,6 +1107,20 @@ mod tests {
             e.contains("is stale") && e.contains("overlaps") && e.contains("refresh-it"),
             "{e}"
         );
+        assert!(!e.contains("other work"), "{e}");
+        // A stale verdict of a training beside other work says so.
+        write_json(
+            &dir.join("training.json"),
+            &json!({ "machine": { "other_cpu_pct": 35.0 } }),
+        )
+        .unwrap();
+        let e = run(&PROFILE.replace("\n30\n10\n", "\n1\n90\n"), 95.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is stale") && e.contains("other work used 35.0%"),
+            "{e}"
+        );
         let e = run(&PROFILE.replace("Hash:\n1\n", "Hash:\n2\n"), 0.0)
             .unwrap_err()
             .to_string();
@@ -1074,11 +1135,28 @@ mod tests {
         std::fs::write(fresh.join("function-coverage.json"), "{}").unwrap();
         std::fs::write(fresh.join("function-coverage.txt"), "profile coverage: x\n").unwrap();
         let profiles = fresh.parent().unwrap().join("profiles");
-        pin(&PinArgs {
-            fresh: fresh.clone(),
-            profiles: profiles.clone(),
-        })
-        .unwrap();
+        let pin_with = |other: Value, max: f64| {
+            let path = fresh.join("manifest.json");
+            let mut m = read_json(&path, "m").unwrap();
+            m["training"] = json!({ "machine": { "other_cpu_pct": other } });
+            write_json(&path, &m).unwrap();
+            pin(&PinArgs {
+                fresh: fresh.clone(),
+                profiles: profiles.clone(),
+                max_other_cpu_pct: max,
+            })
+        };
+        // Trained beside other work, or without the figure: refused, nothing written.
+        let e = pin_with(json!(35.0), DEFAULT_MAX_OTHER_CPU_PCT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("other work used 35.0%"), "{e}");
+        let e = pin_with(Value::Null, DEFAULT_MAX_OTHER_CPU_PCT)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not say how busy"), "{e}");
+        assert!(!profiles.exists());
+        pin_with(json!(1.5), DEFAULT_MAX_OTHER_CPU_PCT).unwrap();
         let dir = profiles.join("x86_64-unknown-linux-gnu/rust-1.95.0/llvm");
         assert_eq!(
             std::fs::read_to_string(dir.join("function-coverage.txt")).unwrap(),
@@ -1088,11 +1166,7 @@ mod tests {
         // A fresh profile without a report (as a BOLT one) leaves none of the replaced one's.
         std::fs::remove_file(fresh.join("function-coverage.json")).unwrap();
         std::fs::remove_file(fresh.join("function-coverage.txt")).unwrap();
-        pin(&PinArgs {
-            fresh: fresh.clone(),
-            profiles,
-        })
-        .unwrap();
+        pin_with(json!(30.0), 50.0).unwrap();
         assert!(!dir.join("function-coverage.json").exists());
         assert!(!dir.join("function-coverage.txt").exists());
         assert!(dir.join("gateway.proftext").is_file());

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::check::Expect;
 use crate::load;
+use crate::machine_load::{self, MachineLoad};
 use crate::mock::MockServer;
 use crate::shapes::{self, Loaded};
 
@@ -76,6 +77,9 @@ pub struct Manifest {
     pub requests_checked: u64,
     pub profile_files: u64,
     pub profile_bytes: u64,
+    /// How busy the rest of the machine was while the shapes ran (`machine_load.rs`); absent
+    /// where `/proc/stat` cannot be read.
+    pub machine: Option<MachineLoad>,
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -108,6 +112,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let scratch = tempdir("trainer-train")?;
 
     let mut results = Vec::new();
+    let watch = machine_load::Watch::start();
     let outcome = (|| -> Result<()> {
         for s in &selected {
             eprintln!(
@@ -135,6 +140,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
         let _ = std::fs::remove_dir_all(&profile_dir);
     }
     outcome?;
+    let machine = watch.finish();
+    if let Some(m) = &machine {
+        eprintln!(
+            "training: the machine's {} CPU(s) over {:.1} s: {:.1}% used by the training, {:.1}% by other work",
+            m.cpus, m.seconds, m.own_cpu_pct, m.other_cpu_pct
+        );
+    }
 
     let manifest = Manifest {
         profile_kind: args.profile_kind.clone(),
@@ -144,6 +156,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         profile_files: results.iter().map(|r| r.profile_files).sum(),
         profile_bytes: results.iter().map(|r| r.profile_bytes).sum(),
         shapes: results,
+        machine,
     };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     crate::mock::write_atomically(&out.join("manifest.json"), text.as_bytes())

@@ -3,8 +3,8 @@
 //! counters read on that thread at the window's edges, right before the window's run starts and
 //! right after its last response is in.
 
-use super::procfs;
 use crate::load;
+use crate::procfs;
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use std::net::SocketAddr;

@@ -1,5 +1,5 @@
-//! The bits of /proc the bench reads: CPU time and peak RSS of the gateway, and who owns a
-//! listening TCP port.
+//! The bits of /proc the bench and the training read: CPU time and peak RSS of the gateway, the
+//! machine's CPU time (how busy the rest of the machine was), and who owns a listening TCP port.
 
 use anyhow::{bail, Context, Result};
 
@@ -92,10 +92,26 @@ pub struct CpuTimes {
 
 /// `cpuN user nice system idle iowait irq softirq steal ...`.
 pub fn parse_cpu_line(stat: &str, cpu: usize) -> Option<CpuTimes> {
-    let tag = format!("cpu{cpu}");
+    parse_cpu_tag(stat, &format!("cpu{cpu}"))
+}
+
+/// The machine's line, `cpu user nice ...`: every CPU's ticks summed.
+pub fn parse_machine_line(stat: &str) -> Option<CpuTimes> {
+    parse_cpu_tag(stat, "cpu")
+}
+
+/// How many `cpuN` lines `/proc/stat` has: the machine's CPUs, whatever this process's affinity.
+pub fn parse_cpu_count(stat: &str) -> usize {
+    stat.lines()
+        .filter_map(|l| l.split_whitespace().next()?.strip_prefix("cpu"))
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .count()
+}
+
+fn parse_cpu_tag(stat: &str, tag: &str) -> Option<CpuTimes> {
     let line = stat
         .lines()
-        .find(|l| l.split_whitespace().next() == Some(tag.as_str()))?;
+        .find(|l| l.split_whitespace().next() == Some(tag))?;
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)
@@ -286,6 +302,10 @@ mod tests {
         );
         assert_eq!(parse_cpu_line(stat, 2), None);
         assert!(cpu_times(0).is_some());
+        let all = parse_machine_line(stat).unwrap();
+        assert_eq!((all.busy, all.irq), (21682 + 5934 + 489 + 22, 489));
+        assert_eq!(parse_cpu_count(stat), 2);
+        assert_eq!(parse_cpu_count("cpu  1 2 3 4 5 6 7\ncpufreq 1\n"), 0);
     }
 
     #[test]

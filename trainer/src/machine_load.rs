@@ -1,0 +1,126 @@
+//! How busy the rest of the machine was while a training ran.
+//!
+//! A BOLT profile counts the branches the gateway's code took, and on a small machine how often
+//! a worker parks and wakes depends on what else runs beside it: a BOLT training that ran beside
+//! another chain's builds overlapped a quiet training by 94.0%, where two quiet trainings overlap
+//! by 99.4% (docs/bench-results/streams.md). So a training records the share of the machine's
+//! CPU time that neither it nor its children (the gateway, a redis-server, the emulator) used,
+//! and `trainer profile pin` refuses a profile trained beside other work: a profile pinned from
+//! a busy machine fails the freshness check of the next quiet one.
+
+use serde::Serialize;
+use std::time::Instant;
+
+use crate::procfs::{self, CpuTimes};
+
+/// What a training measured of the machine it ran on (the training manifest's `machine`).
+#[derive(Serialize, Clone, Copy, Debug, PartialEq)]
+pub struct MachineLoad {
+    /// The machine's CPUs (`/proc/stat`'s `cpuN` lines, not this process's affinity).
+    pub cpus: usize,
+    /// Wall-clock seconds the measurement spans.
+    pub seconds: f64,
+    /// CPU time of the trainer and its children, in percent of the whole machine over that time.
+    pub own_cpu_pct: f64,
+    /// CPU time of everything else (other processes and kernel threads; interrupt time, charged
+    /// to no process, left out), in percent of the whole machine over that time.
+    pub other_cpu_pct: f64,
+}
+
+/// A measurement under way: the machine's and this process tree's CPU time at its start.
+pub struct Watch {
+    started: Instant,
+    machine: Option<CpuTimes>,
+    own_seconds: f64,
+}
+
+impl Watch {
+    pub fn start() -> Watch {
+        Watch {
+            started: Instant::now(),
+            machine: read_machine(),
+            own_seconds: own_cpu_seconds(),
+        }
+    }
+
+    /// The load since `start`, once every child whose time should count has been waited for
+    /// (a child's CPU time reaches this process's `RUSAGE_CHILDREN` when it is reaped). `None`
+    /// where `/proc/stat` cannot be read.
+    pub fn finish(&self) -> Option<MachineLoad> {
+        let seconds = self.started.elapsed().as_secs_f64();
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let (before, after) = (self.machine?, procfs::parse_machine_line(&stat)?);
+        let cpus = procfs::parse_cpu_count(&stat);
+        let hz = procfs::clock_ticks_per_sec() as f64;
+        let busy = |t: CpuTimes| (t.busy - t.irq) as f64;
+        let machine_seconds = (busy(after) - busy(before)).max(0.0) / hz;
+        let own = (own_cpu_seconds() - self.own_seconds).max(0.0);
+        Some(shares(cpus, seconds, machine_seconds, own))
+    }
+}
+
+/// The shares of `cpus` CPUs over `seconds` that this tree (`own` CPU seconds) and everything
+/// else (the rest of `machine` busy seconds) used.
+fn shares(cpus: usize, seconds: f64, machine: f64, own: f64) -> MachineLoad {
+    let capacity = cpus.max(1) as f64 * seconds;
+    let pct = |s: f64| {
+        if capacity > 0.0 {
+            (s / capacity * 1000.0).round() / 10.0
+        } else {
+            0.0
+        }
+    };
+    MachineLoad {
+        cpus,
+        seconds: (seconds * 10.0).round() / 10.0,
+        own_cpu_pct: pct(own),
+        other_cpu_pct: pct((machine - own).max(0.0)),
+    }
+}
+
+fn read_machine() -> Option<CpuTimes> {
+    procfs::parse_machine_line(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// User and system CPU seconds of this process (every thread) and its reaped children.
+fn own_cpu_seconds() -> f64 {
+    let of = |who| {
+        // SAFETY: getrusage writes the struct it is given and nothing else.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut u) } != 0 {
+            return 0.0;
+        }
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
+    of(libc::RUSAGE_SELF) + of(libc::RUSAGE_CHILDREN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_of_the_machine() {
+        // 2 CPUs for 100 s: 200 CPU seconds. The machine was busy 130, the tree used 110.
+        let l = shares(2, 100.0, 130.0, 110.0);
+        assert_eq!((l.own_cpu_pct, l.other_cpu_pct), (55.0, 10.0));
+        // The tree's precise time may exceed the machine's tick count: nothing else ran.
+        assert_eq!(shares(2, 100.0, 100.0, 101.0).other_cpu_pct, 0.0);
+        assert_eq!(shares(0, 0.0, 1.0, 0.0).other_cpu_pct, 0.0);
+    }
+
+    #[test]
+    fn a_child_counts_as_own_once_reaped() {
+        let w = Watch::start();
+        // A child that spins for a moment: its time is the tree's, not the machine's rest.
+        let st = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let l = w.finish().expect("/proc/stat is readable here");
+        assert!(l.cpus >= 1 && l.seconds > 0.0);
+        assert!(l.own_cpu_pct > 0.0, "{l:?}");
+    }
+}
