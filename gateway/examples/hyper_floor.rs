@@ -2,12 +2,16 @@
 //! gateway drives them, can cost per request. A measurement aid for docs/hot-path.md, not a
 //! product: it takes a gateway config (`--config FILE`), listens on its `listen` address and
 //! forwards every request, unchanged, to the first provider's `base_url` over pooled keep-alive
-//! upstream connections, and answers with the upstream's answer, unchanged.
+//! upstream connections, and answers with the upstream's answer, unchanged: a complete one read
+//! whole, a chunked one (a stream) relayed chunk by chunk as it arrives.
 //!
 //! What it keeps of the gateway: one current-thread runtime and `LocalSet`, hyper's HTTP/1 server
 //! with `half_close(true)` and no header timer, the gateway's own socket adapter (`ClientIo`) on
 //! both sides, a per-worker stack of hyper client connections each driven by a task of its own,
-//! both bodies read whole by the gateway's `read_all` and sent as one frame of its `UpBody`,
+//! both bodies read whole by the gateway's `read_all` and sent as one frame of its `UpBody` (but a
+//! chunked answer's body handed to the server as hyper's `Incoming`, its chunks relayed from the
+//! upstream connection's task to the client connection's as the gateway relays a stream's events,
+//! over an upstream connection of its own, closed when the stream ends),
 //! `TCP_NODELAY` on both sides, exit status 0 on SIGTERM. What it leaves out is everything the
 //! gateway is for: no JSON is scanned or validated, no model renamed, no route, key, limit,
 //! metric, access log, deadline or error in a dialect.
@@ -24,11 +28,15 @@ use gateway::http::body::read_all;
 use gateway::http::pieces::UpBody;
 use gateway::serve::conn::ClientIo;
 use http::{Request, Response, StatusCode};
+use http_body_util::Either;
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use tokio::net::{TcpListener, TcpStream};
 
 type Error = Box<dyn std::error::Error>;
+
+/// An answer to the client: read whole, or the upstream's stream relayed as it comes.
+type Answer = Either<UpBody, Incoming>;
 
 /// The worker's idle upstream connections, the most recently used last.
 struct Pool {
@@ -68,7 +76,7 @@ impl Pool {
         Ok(tx)
     }
 
-    async fn forward(&self, req: Request<Incoming>) -> Result<Response<UpBody>, Error> {
+    async fn forward(&self, req: Request<Incoming>) -> Result<Response<Answer>, Error> {
         let (parts, body) = req.into_parts();
         let body = read_whole(body).await?;
         let mut tx = self.connection().await?;
@@ -76,20 +84,24 @@ impl Pool {
             .send_request(Request::from_parts(parts, UpBody::one(body)))
             .await?;
         let (parts, body) = answer.into_parts();
+        if !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+            // A stream: relayed as it comes; its connection closes when it ends (`tx` dropped).
+            return Ok(Response::from_parts(parts, Either::Right(body)));
+        }
         let body = read_whole(body).await?;
         self.idle.borrow_mut().push(tx);
-        Ok(Response::from_parts(parts, UpBody::one(body)))
+        Ok(Response::from_parts(parts, Either::Left(UpBody::one(body))))
     }
 }
 
-async fn serve(pool: Rc<Pool>, req: Request<Incoming>) -> Response<UpBody> {
+async fn serve(pool: Rc<Pool>, req: Request<Incoming>) -> Response<Answer> {
     if req.uri().path() == "/livez" {
-        return Response::new(UpBody::one(Bytes::from_static(b"ok\n")));
+        return Response::new(Either::Left(UpBody::one(Bytes::from_static(b"ok\n"))));
     }
     match pool.forward(req).await {
         Ok(r) => r,
         Err(e) => {
-            let mut r = Response::new(UpBody::one(Bytes::from(format!("{e}\n"))));
+            let mut r = Response::new(Either::Left(UpBody::one(Bytes::from(format!("{e}\n")))));
             *r.status_mut() = StatusCode::BAD_GATEWAY;
             r
         }
