@@ -12,26 +12,56 @@ use crate::json;
 use crate::sse::SseEvent;
 
 /// The top-level members a frame's check reports: `error` (a field: two are refused, as serde
-/// refuses a struct's duplicate field) and `choices` (located for the usage chunk: the first
-/// counts, as [`json::find_members`] counts it).
-const KEYS: [&str; 2] = ["error", "choices"];
-/// `choices` may repeat ([`json::copy_object_renaming`]'s `repeatable`).
-const REPEATABLE: u32 = 0b10;
+/// refuses a struct's duplicate field), `choices` (located for the usage chunk: the first
+/// counts, as [`json::find_members`] counts it) and `usage` (located for the request record,
+/// [`StreamTransform::last_usage`], which then need not search the frame for it).
+const KEYS: [&str; 3] = ["error", "choices", "usage"];
+/// `choices` and `usage` may repeat ([`json::copy_object_renaming`]'s `repeatable`).
+const REPEATABLE: u32 = 0b110;
 
-/// What the check of a frame found, the frame copied to `out` with its model renamed: whether it
-/// carries a top-level `error` that is not null, and the span of its `choices`. The frame is checked
-/// to be a JSON object by serde_json's grammar ([`json::scan_object`]) in the same pass that copies
-/// it; when it is not, `out` is left as it was.
+/// What the check of a frame found besides its copy.
+struct Found {
+    /// A top-level `error` that is not null.
+    has_error: bool,
+    /// The span of the first top-level `choices`.
+    choices: Option<(usize, usize)>,
+    /// The frame's top-level `usage` is an object (the first one, and the only one: with a
+    /// second, `None`, not known here).
+    usage: Option<bool>,
+}
+
+/// What the check of a frame found, the frame copied to `out` with its model renamed ([`Found`]).
+/// The frame is checked to be a JSON object by serde_json's grammar ([`json::scan_object`]) in the
+/// same pass that copies it; when it is not, `out` is left as it was.
 fn check_copy(
     out: &mut BytesMut,
     data: &[u8],
     to: &[u8],
     memo: &mut json::Memo,
-) -> Result<(bool, Option<(usize, usize)>), GwError> {
-    let [error, choices] =
+) -> Result<Found, GwError> {
+    let [error, choices, usage] =
         json::copy_object_renaming(out, data, KEYS, REPEATABLE, ("model", to), memo)
             .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not JSON"))?;
-    Ok((error.is_some_and(|(s, e)| &data[s..e] != b"null"), choices))
+    Ok(Found {
+        has_error: error.is_some_and(|(s, e)| &data[s..e] != b"null"),
+        choices,
+        usage: top_level_usage(data, usage),
+    })
+}
+
+/// Whether the frame's top-level `usage`, first found at `span`, is an object; `None` (not
+/// known) when the frame has another `"usage":` key after it (a second top-level one, which the
+/// record's usage scan, reading the last, would read instead). A frame without a top-level
+/// `usage` is `Some(false)` (a nested `usage` member is no usage of the answer's).
+fn top_level_usage(data: &[u8], span: Option<(usize, usize)>) -> Option<bool> {
+    let Some((s, e)) = span else {
+        return Some(false);
+    };
+    let rest = &data[e..];
+    if rest.len() > 7 && memchr::memmem::find(rest, b"\"usage\"").is_some() {
+        return None;
+    }
+    Some(data[s] == b'{')
 }
 
 pub struct NativeStream {
@@ -41,6 +71,8 @@ pub struct NativeStream {
     memo: json::Memo,
     events: u64,
     finished: bool,
+    /// What the last event's check found of its top-level `usage` ([`StreamTransform::last_usage`]).
+    last_usage: Option<bool>,
     /// Chat: the client did not ask for usage, the gateway did; its chunk is dropped.
     pub drop_usage: bool,
 }
@@ -53,6 +85,7 @@ impl NativeStream {
             memo: json::Memo::default(),
             events: 0,
             finished: false,
+            last_usage: None,
             drop_usage: false,
         }
     }
@@ -60,6 +93,7 @@ impl NativeStream {
 
 impl StreamTransform for NativeStream {
     fn on_event(&mut self, ev: &SseEvent, out: &mut BytesMut) -> Result<(), GwError> {
+        self.last_usage = None;
         if self.finished {
             return Ok(());
         }
@@ -81,7 +115,11 @@ impl StreamTransform for NativeStream {
             out.extend_from_slice(b"\n");
         }
         out.extend_from_slice(b"data: ");
-        let (has_error, choices) = match check_copy(out, &ev.data, &self.to, &mut self.memo) {
+        let Found {
+            has_error,
+            choices,
+            usage,
+        } = match check_copy(out, &ev.data, &self.to, &mut self.memo) {
             Ok(found) => found,
             Err(e) => {
                 out.truncate(mark);
@@ -93,6 +131,7 @@ impl StreamTransform for NativeStream {
                 return Err(e);
             }
         };
+        self.last_usage = usage;
         if self.drop_usage && stream_usage::is_checked_usage_chunk(&ev.data, choices) {
             out.truncate(mark);
             return Ok(());
@@ -134,6 +173,10 @@ impl StreamTransform for NativeStream {
 
     fn on_error(&mut self, err: &GwError, out: &mut BytesMut) {
         out.extend_from_slice(&err.sse_event(self.dialect, self.events));
+    }
+
+    fn last_usage(&self) -> Option<bool> {
+        self.last_usage
     }
 }
 
@@ -184,7 +227,7 @@ mod tests {
         let mut out = BytesMut::new();
         let r = check_copy(&mut out, f, b"\"a\"", &mut json::Memo::default())
             .ok()
-            .map(|(e, _)| e);
+            .map(|found| found.has_error);
         assert_eq!(
             out.is_empty(),
             r.is_none(),
@@ -323,6 +366,36 @@ mod tests {
         let broken = r#"{"choices":[],"usage":{"prompt_tokens":1},}"#;
         assert_eq!(through(&mut chat(true), "", broken).unwrap(), "");
         assert!(through(&mut chat(false), "", broken).is_err());
+    }
+
+    /// What a frame's check tells the request record of its usage, against the search it spares
+    /// (a `"usage":` key anywhere, then the last one's value read).
+    #[test]
+    fn last_usage_is_what_the_record_would_have_searched_for() {
+        for (frame, want) in [
+            (
+                r#"{"id":"c","choices":[],"usage":{"prompt_tokens":1}}"#,
+                Some(true),
+            ),
+            (r#"{"choices":[{"delta":{}}],"usage":null}"#, Some(false)),
+            (r#"{"choices":[{"delta":{"content":"x"}}]}"#, Some(false)),
+            (r#"{"usage" : {},"choices":[]}"#, Some(true)),
+            // A second top-level `usage` (the record reads the last): not known.
+            (r#"{"usage":null,"choices":[],"usage":{}}"#, None),
+            (r#"{"usage":{},"t":"usage"}"#, None),
+            // Refused frames: not known.
+            (r#"{"choices":[],"usage":{},}"#, None),
+        ] {
+            for drop_usage in [false, true] {
+                let mut t = chat(drop_usage);
+                let _ = through(&mut t, "", frame);
+                assert_eq!(t.last_usage(), want, "{frame}");
+            }
+        }
+        let mut t = chat(false);
+        through(&mut t, "", r#"{"usage":{}}"#).unwrap();
+        through(&mut t, "", "[DONE]").unwrap();
+        assert_eq!(t.last_usage(), None, "an event not checked is not known");
     }
 
     /// The fused pass against what it replaced, on every frame: the lenient usage-chunk look first

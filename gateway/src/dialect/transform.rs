@@ -16,4 +16,11 @@ pub trait StreamTransform: Send {
     fn on_end(&mut self, out: &mut BytesMut) -> Result<(), GwError>;
     /// Writes the client dialect's error event; the stream ends after it.
     fn on_error(&mut self, err: &GwError, out: &mut BytesMut);
+    /// What the last `on_event`'s own check of the event learnt of its top-level `usage`
+    /// member, so that the request record need not search the event for it again: `Some(true)`
+    /// when it is an object, `Some(false)` when it is absent or not an object (`null`), `None`
+    /// when this transform does not know (the default: the record searches).
+    fn last_usage(&self) -> Option<bool> {
+        None
+    }
 }

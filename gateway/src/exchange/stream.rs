@@ -56,23 +56,30 @@ impl StreamTransform for Tracked {
                     r.first_token = Some(Instant::now());
                 }
             }
-            let usage = if named {
+            if let Some(t) = &mut r.trace {
+                t.saw(&ev.data);
+            }
+        }
+        let res = self.inner.on_event(ev, out);
+        if let Some(r) = self.rec.as_mut() {
+            // After the transform, whose check of a native frame may already know whether it
+            // carries usage (`last_usage`), which spares the search.
+            let usage = if !ev.event.is_empty() {
                 event_carries_usage(&ev.event)
             } else {
-                self.usage_key.find(&ev.data).is_some()
+                match self.inner.last_usage() {
+                    Some(known) => known,
+                    None => self.usage_key.find(&ev.data).is_some(),
+                }
             };
             if usage {
                 if let Some(u) = scan_usage(&ev.data) {
                     r.usage.merge(u);
                 }
             }
-            if let Some(t) = &mut r.trace {
-                t.saw(&ev.data);
+            if let Err(e) = &res {
+                r.stream_error = Some(e.message.chars().take(200).collect());
             }
-        }
-        let res = self.inner.on_event(ev, out);
-        if let (Err(e), Some(r)) = (&res, self.rec.as_mut()) {
-            r.stream_error = Some(e.message.chars().take(200).collect());
         }
         res
     }

@@ -121,7 +121,7 @@ type Spans<const N: usize> = [Option<(usize, usize)>; N];
 const MEMO_HEAD: usize = 256;
 const MEMO_MARKS: usize = 16;
 const MEMO_RENAMES: usize = 4;
-const MEMO_KEYS: usize = 2;
+const MEMO_KEYS: usize = 3;
 
 /// The head of the last document [`copy_object_renaming`] read, and the places in it where a scan
 /// can resume: the start of each member's name within the first [`MEMO_HEAD`] bytes, at the top
@@ -150,7 +150,8 @@ struct Mark {
     at: u16,
     /// How many of [`Memo::renames`] lie before it.
     renames: u8,
-    found: [Option<(u16, u16)>; MEMO_KEYS],
+    /// `(0, 0)` for a key not found (a value's span is never empty).
+    found: [(u16, u16); MEMO_KEYS],
     inner: Option<Inner>,
 }
 
@@ -203,7 +204,7 @@ impl Memo {
         self.n_renames = m.renames as usize;
         let mut found = [None; N];
         for (f, m) in found.iter_mut().zip(m.found) {
-            *f = m.map(|(s, e)| (s as usize, e as usize));
+            *f = (m.1 != 0).then_some((m.0 as usize, m.1 as usize));
         }
         Some(Resume {
             at: m.at as usize,
@@ -363,10 +364,10 @@ impl Sink for Renaming<'_> {
             return;
         }
         self.top_marked = true;
-        let mut kept = [None; MEMO_KEYS];
+        let mut kept = [(0, 0); MEMO_KEYS];
         for (k, f) in kept.iter_mut().zip(found) {
             // Spans before `at` (< MEMO_HEAD) fit.
-            *k = f.map(|(s, e)| (s as u16, e as u16));
+            *k = f.map_or((0, 0), |(s, e)| (s as u16, e as u16));
         }
         m.marks[m.n_marks] = Mark {
             at: at as u16,

@@ -187,7 +187,6 @@ impl Receiver {
             return Poll::Ready(None);
         }
 
-        self.shared.receiver_waker.register(cx.waker());
         let mut state = self.shared.state.lock().panic_if_poisoned();
         state.want = true;
         // Whatever this poll changes (the want given, the slot emptied), a waiting sender is
@@ -213,6 +212,13 @@ impl Receiver {
             return Poll::Ready(Some(Err(err)));
         }
         let sender_open = state.sender_open;
+        if sender_open {
+            // Registered only when nothing was there to take (a poll that takes a chunk is
+            // answered at once, and its caller polls again for the next one, which registers
+            // then), under the lock, so that a send after the look above wakes this waker
+            // (gateway issue 29: one registration per chunk instead of two).
+            self.shared.receiver_waker.register(cx.waker());
+        }
         drop(state);
         if wake_sender {
             self.shared.sender_waker.wake();
@@ -364,10 +370,11 @@ mod tests {
         tx.try_send_data(Bytes::from_static(b"a")).unwrap();
         assert!(rx.poll_next(&mut cx).is_ready());
         let receiver_wakes = wakes();
-        assert_eq!(receiver_wakes, 1, "the send woke the receiver");
 
         // Room for a second chunk before the first is taken; with both slots full the sender
-        // waits, and the take wakes it, once. The chunks come out in order.
+        // waits, and the take wakes it, once. The chunks come out in order. The receiver, whose
+        // last poll took a chunk and so registered nothing, is not woken by these sends: it
+        // polls again without being told.
         tx.try_send_data(Bytes::from_static(b"b")).unwrap();
         assert!(tx.poll_ready(&mut cx).is_ready());
         tx.try_send_data(Bytes::from_static(b"c")).unwrap();
@@ -378,11 +385,16 @@ mod tests {
             _ => panic!("a chunk"),
         };
         assert_eq!(take(&mut rx, &mut cx), "b");
-        assert_eq!(wakes(), receiver_wakes + 3);
+        assert_eq!(wakes(), receiver_wakes + 1);
         assert_eq!(take(&mut rx, &mut cx), "c");
         assert!(rx.poll_next(&mut cx).is_pending());
-        assert_eq!(wakes(), receiver_wakes + 3);
+        assert_eq!(wakes(), receiver_wakes + 1);
         assert!(tx.poll_ready(&mut cx).is_ready());
+
+        // A receiver that found nothing registered: a send wakes it.
+        tx.try_send_data(Bytes::from_static(b"r")).unwrap();
+        assert_eq!(wakes(), receiver_wakes + 2);
+        assert_eq!(take(&mut rx, &mut cx), "r");
 
         // An error queued behind data takes no data after it.
         tx.try_send_data(Bytes::from_static(b"d")).unwrap();
