@@ -186,16 +186,13 @@ async fn run(
     .map_err(|r| rec.rate_limited(r))?;
     rec.set_admission(admission);
     if let Some(micro) = snap.budgets.reservation(route, &body) {
-        let (key, alias) = (caller.id.as_deref(), &route.alias);
-        // Matched where it lies: the admission goes to the record without another move.
-        match snap.budgets.admit(key, alias, micro) {
-            Admit::Now(Ok(a)) => rec.set_budget(a),
-            Admit::Now(Err(r)) => return Err(rec.over_budget(&r)),
-            Admit::Wait => match Box::pin(snap.budgets.admit_waiting(key, alias, micro)).await {
-                Ok(a) => rec.set_budget(a),
-                Err(r) => return Err(rec.over_budget(&r)),
-            },
+        let key = caller.id.as_deref();
+        let budget = match snap.budgets.admit(key, route, micro) {
+            Admit::Now(r) => r,
+            Admit::Wait => Box::pin(snap.budgets.admit_waiting(key, route, micro)).await,
         }
+        .map_err(|r| rec.over_budget(&r))?;
+        rec.set_budget(budget);
     }
     let call = attempts::Call {
         client,
