@@ -137,6 +137,16 @@ fn rfind_key(body: &[u8], key: &[u8], anchor: usize) -> Option<usize> {
     None
 }
 
+/// The run of decimal digits `s` starts with, read in one pass: its value and its length
+/// (`Some(0)` and 0 for no digits), or `None` as soon as it does not fit a `u64`. What follows
+/// the run is the caller's to judge: a token count refuses a fraction, a request's output cap
+/// reads its integer part.
+pub fn decimal_prefix(s: &[u8]) -> (Option<u64>, usize) {
+    let mut p = Scan { b: s, i: 0 };
+    let n = p.digits();
+    (n, p.i)
+}
+
 struct Scan<'a> {
     b: &'a [u8],
     i: usize,
@@ -159,12 +169,18 @@ impl<'a> Scan<'a> {
         let b: &'a [u8] = self.b;
         b.get(start..end - 1)
     }
-    fn number(&mut self) -> Option<u64> {
+    /// The run of decimal digits at the cursor, read past ([`decimal_prefix`]).
+    fn digits(&mut self) -> Option<u64> {
         let mut n: u64 = 0;
         while let Some(c @ b'0'..=b'9') = self.peek() {
             n = n.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
             self.i += 1;
         }
+        Some(n)
+    }
+    fn number(&mut self) -> Option<u64> {
+        // No digits reads as 0 here; what follows decides.
+        let n = self.digits()?;
         // A fraction or exponent is not a token count.
         match self.peek()? {
             b'.' | b'e' | b'E' => None,
@@ -248,6 +264,26 @@ impl<'a> Scan<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_is_a_whole_number_that_fits() {
+        assert_eq!(decimal_prefix(b"12,"), (Some(12), 2));
+        assert_eq!(decimal_prefix(b"x"), (Some(0), 0));
+        assert_eq!(
+            decimal_prefix(b"18446744073709551615"),
+            (Some(u64::MAX), 20)
+        );
+        assert_eq!(decimal_prefix(b"18446744073709551616").0, None);
+        let tokens = |v: &str| {
+            scan_usage(
+                format!(r#"{{"usage":{{"prompt_tokens":{v},"completion_tokens":1}}}}"#).as_bytes(),
+            )
+        };
+        assert_eq!(tokens("7").and_then(|u| u.input), Some(7));
+        assert_eq!(tokens("7.5"), None, "a fraction");
+        assert_eq!(tokens("7e1"), None, "an exponent");
+        assert_eq!(tokens("18446744073709551616"), None, "past u64");
+    }
 
     #[test]
     fn rfind_key_finds_what_memmem_finds() {

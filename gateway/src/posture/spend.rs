@@ -34,7 +34,7 @@ use crate::checker::Checker;
 use crate::dialect::error::GwError;
 use crate::posture::limits::policy::Policy;
 use crate::posture::limits::store::Store;
-use crate::posture::limits::{Admission, Admit, Limits, Rejection};
+use crate::posture::limits::{Admission, Admit, AliasAt, Limits, ModelPolicies, Rejection};
 use crate::routing::Route;
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -43,6 +43,9 @@ const DAY: Duration = Duration::from_secs(86_400);
 #[derive(Debug, Default)]
 pub struct Budgets {
     limits: Limits,
+    /// The alias budgets by alias index ([`Route::index`]): routing already found the route, so
+    /// its budget is found without hashing the alias again.
+    by_alias: ModelPolicies,
 }
 
 impl Budgets {
@@ -98,8 +101,10 @@ impl Budgets {
                 models.push((alias.clone(), p));
             }
         }
+        let limits = Limits::of_policies(keys, models, store);
         Budgets {
-            limits: Limits::of_policies(keys, models, store),
+            by_alias: limits.by_alias_index(aliases),
+            limits,
         }
     }
 
@@ -119,19 +124,29 @@ impl Budgets {
         reserve(route, body)
     }
 
-    /// Admission against the key's and the alias's budgets, reserving `micro` microdollars; as
-    /// [`Limits::admit`] ([`Admit::Wait`]: call [`Budgets::admit_waiting`]).
-    pub fn admit(&self, key: Option<&str>, alias: &str, micro: u64) -> Admit {
-        self.limits.admit(key, alias, micro)
+    /// Admission against the key's and the route's alias's budgets, reserving `micro`
+    /// microdollars; as [`Limits::admit`] ([`Admit::Wait`]: call [`Budgets::admit_waiting`]).
+    pub fn admit(&self, key: Option<&str>, route: &Route, micro: u64) -> Admit {
+        self.limits.admit_at_alias(key, self.at(route), micro)
     }
 
     pub async fn admit_waiting(
         &self,
         key: Option<&str>,
-        alias: &str,
+        route: &Route,
         micro: u64,
     ) -> Result<Admission, Rejection> {
-        self.limits.admit_waiting(key, alias, micro).await
+        let at = self.at(route);
+        self.limits.admit_waiting_at_alias(key, at, micro).await
+    }
+
+    /// Where the route's alias budget is: at its index ([`Route::index`]).
+    fn at<'a>(&'a self, route: &'a Route) -> AliasAt<'a> {
+        AliasAt {
+            models: &self.by_alias,
+            index: route.index,
+            alias: &route.alias,
+        }
     }
 }
 
@@ -267,15 +282,13 @@ fn cap_at(body: &[u8], at: usize) -> Option<u64> {
     leading_number(rest.trim_ascii_start())
 }
 
-/// The decimal number `s` starts with, if it starts with one that fits a `u64`.
+/// The decimal number `s` starts with, if it starts with one that fits a `u64` (a fraction's
+/// integer part).
 fn leading_number(s: &[u8]) -> Option<u64> {
-    let digits = s.iter().take_while(|c| c.is_ascii_digit()).count();
-    if digits == 0 {
-        return None;
+    match crate::json::usage::decimal_prefix(s) {
+        (_, 0) => None,
+        (n, _) => n,
     }
-    s[..digits].iter().try_fold(0u64, |n, &c| {
-        n.checked_mul(10)?.checked_add(u64::from(c - b'0'))
-    })
 }
 
 /// Nanodollars to whole microdollars, rounded up (what a budget is charged).
@@ -322,7 +335,12 @@ mod tests {
     }
 
     fn now(b: &Budgets, key: &str, micro: u64) -> Result<Admission, Rejection> {
-        match b.admit(Some(key), "gpt", micro) {
+        let at = AliasAt {
+            models: &b.by_alias,
+            index: 0,
+            alias: "gpt",
+        };
+        match b.limits.admit_at_alias(Some(key), at, micro) {
             Admit::Now(r) => r,
             Admit::Wait => panic!("no store, no wait"),
         }
@@ -351,6 +369,22 @@ mod tests {
         );
         assert_eq!(output_cap(large.as_bytes()), 42);
         assert_eq!(output_cap(&large.as_bytes()[..SMALL_BODY]), 0);
+    }
+
+    #[test]
+    fn the_cap_is_a_leading_integer_or_nothing() {
+        assert_eq!(leading_number(b"16,"), Some(16));
+        assert_eq!(
+            leading_number(b"16.5}"),
+            Some(16),
+            "a fraction's integer part"
+        );
+        assert_eq!(leading_number(b"0"), Some(0));
+        assert_eq!(leading_number(b""), None);
+        assert_eq!(leading_number(b"-1"), None);
+        assert_eq!(leading_number(b"null"), None);
+        assert_eq!(leading_number(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(leading_number(b"18446744073709551616"), None);
     }
 
     #[test]

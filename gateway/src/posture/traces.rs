@@ -38,6 +38,9 @@ use crate::routing::Route;
 /// Requests a worker's buffer holds between two exports; past it their spans are dropped.
 pub const MAX_BUFFERED: usize = 4096;
 const EXPORT_EVERY: Duration = Duration::from_millis(200);
+/// A worker's first buffer, in bytes (a few dozen requests' spans), so that it does not grow
+/// from nothing by copies.
+const INITIAL_BUFFER: usize = 16 << 10;
 
 pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
@@ -171,7 +174,10 @@ thread_local! {
         std::collections::hash_map::RandomState::new().build_hasher().finish() | 1
     });
     static BUF: Arc<Mutex<Pending>> = {
-        let b = Arc::new(Mutex::new(Pending::default()));
+        let b = Arc::new(Mutex::new(Pending {
+            bytes: Vec::with_capacity(INITIAL_BUFFER),
+            ..Pending::default()
+        }));
         if let Some(t) = TRACER.get() {
             t.buffers.lock().unwrap().push(b.clone());
         }
@@ -433,8 +439,10 @@ pub fn export_once() {
         if g.requests == 0 {
             continue;
         }
-        // The worker's next requests write into a buffer as large as this one was.
-        let cap = g.bytes.capacity();
+        // The worker's next requests write into a buffer as large as this one was, with room
+        // for a third more than it held: a buffer that grows copies what it holds.
+        let len = g.bytes.len();
+        let cap = g.bytes.capacity().max(len + len / 2);
         batch.push(std::mem::replace(&mut g.bytes, Vec::with_capacity(cap)));
         spans += g.spans;
         g.requests = 0;
@@ -443,8 +451,12 @@ pub fn export_once() {
     if batch.is_empty() {
         return;
     }
-    let body = encode::request(&t.cfg.service_name, &batch);
-    match post(&t.cfg, &body) {
+    // The message's head, then the buffers as they are: sent without copying them into one body.
+    let head = encode::request_head(&t.cfg.service_name, &batch);
+    let parts: Vec<&[u8]> = std::iter::once(&head[..])
+        .chain(batch.iter().map(Vec::as_slice))
+        .collect();
+    match post(&t.cfg, &parts) {
         Ok(()) => {
             EXPORTED.fetch_add(1, Ordering::Relaxed);
         }
@@ -455,9 +467,9 @@ pub fn export_once() {
     }
 }
 
-/// POSTs `body` to the endpoint (one connection per export, a second's timeouts): 2xx or an
-/// error.
-fn post(cfg: &TracingConfig, body: &[u8]) -> std::io::Result<()> {
+/// POSTs the body made of `parts` to the endpoint (one connection per export, a second's
+/// timeouts): 2xx or an error.
+fn post(cfg: &TracingConfig, parts: &[&[u8]]) -> std::io::Result<()> {
     let timeout = Duration::from_secs(1);
     let addr = (cfg.host.as_str(), cfg.port)
         .to_socket_addrs()?
@@ -471,10 +483,20 @@ fn post(cfg: &TracingConfig, body: &[u8]) -> std::io::Result<()> {
         cfg.path,
         cfg.host,
         cfg.port,
-        body.len()
+        parts.iter().map(|p| p.len()).sum::<usize>()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
+    let mut slices: Vec<std::io::IoSlice<'_>> = std::iter::once(head.as_bytes())
+        .chain(parts.iter().copied())
+        .map(std::io::IoSlice::new)
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = s.write_vectored(rest)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
     let mut status = [0u8; 12];
     s.read_exact(&mut status)?;
     if status.starts_with(b"HTTP/1.1 2") || status.starts_with(b"HTTP/1.0 2") {
@@ -880,7 +902,18 @@ mod encode {
 
     /// `ExportTraceServiceRequest { ResourceSpans resource_spans = 1 }`: one resource (the
     /// service) and one scope, whose spans are `spans`, the workers' buffers one after another.
+    #[cfg(test)]
     pub fn request(service: &str, spans: &[Vec<u8>]) -> Vec<u8> {
+        let mut out = request_head(service, spans);
+        for s in spans {
+            out.extend_from_slice(s);
+        }
+        out
+    }
+
+    /// The `ExportTraceServiceRequest` up to its spans: the buffers `spans` follow it as they
+    /// are, so an export copies none of them.
+    pub fn request_head(service: &str, spans: &[Vec<u8>]) -> Vec<u8> {
         let mut head = Vec::with_capacity(32 + service.len());
         message(&mut head, 1, |res| {
             attr(res, 1, &SERVICE_NAME, Val::Str(service))
@@ -892,16 +925,13 @@ mod encode {
         });
         let scope_spans = scope.len() + spans.iter().map(Vec::len).sum::<usize>();
         let resource_spans = head.len() + 1 + varint_len(scope_spans as u64) + scope_spans;
-        let mut out = Vec::with_capacity(resource_spans + 11);
+        let mut out = Vec::with_capacity(head.len() + scope.len() + 22);
         tag(&mut out, 1, LEN);
         out.varint(resource_spans as u64);
         out.extend_from_slice(&head);
         tag(&mut out, 2, LEN);
         out.varint(scope_spans as u64);
         out.extend_from_slice(&scope);
-        for s in spans {
-            out.extend_from_slice(s);
-        }
         out
     }
 

@@ -90,7 +90,14 @@ pub fn section(
         .iter()
         .flat_map(|(a, _, ds, _)| ds.iter().map(move |d| (a.as_str(), &d.0)));
     unpriced_warning(c, written);
-    for (alias, strategy, deployments, drop) in laid_out {
+    let mut sorted: Vec<&str> = laid_out.iter().map(|(a, ..)| a.as_str()).collect();
+    sorted.sort_unstable();
+    let index_of = |alias: &str| sorted.binary_search(&alias).expect("every alias is sorted");
+    let indices: Vec<usize> = laid_out
+        .iter()
+        .map(|(a, ..)| index_of(a.as_str()))
+        .collect();
+    for ((alias, strategy, deployments, drop), index) in laid_out.into_iter().zip(indices) {
         let deployments = deployments
             .into_iter()
             .map(|(w, upstream, choice)| Deployment {
@@ -111,6 +118,7 @@ pub fn section(
             Arc::new(Route {
                 alias: alias.clone(),
                 alias_json: json_string(alias),
+                index,
                 deployments,
                 strategy,
                 table: table.clone(),

@@ -47,6 +47,9 @@ pub struct Deployment {
 #[derive(Debug)]
 pub struct Route {
     pub alias: String,
+    /// The alias's place among every configured alias sorted: a posture keeps its per-alias
+    /// state in a table by it (the budgets: `posture/spend.rs`), found without hashing the alias.
+    pub index: usize,
     /// The alias as a JSON string literal (quotes included), spliced into responses.
     pub alias_json: Bytes,
     /// At least one; with one, the request path keeps no routing state at all.

@@ -26,13 +26,17 @@ pub async fn handle(
     dialect: Dialect,
     req: Request<Incoming>,
 ) -> GwResponse {
-    let ClientHead { request_id, checks } = ClientHead::of(&req);
+    let ClientHead {
+        request_id,
+        traceparent,
+        checks,
+    } = ClientHead::of(&req);
     let mut rec = Record::start(dialect, request_id);
     if snap.cost_header {
         rec.send_cost_header();
     }
     if traces::enabled() {
-        rec.trace(req.headers().get(&traces::TRACEPARENT));
+        rec.trace(traceparent);
     }
     let resp = match run(client, &snap, dialect, req, checks, &mut rec).await {
         Ok(r) => r,
@@ -49,6 +53,8 @@ pub async fn handle(
 struct ClientHead<'a> {
     /// The client's `x-request-id`, if any (the first).
     request_id: Option<&'a HeaderValue>,
+    /// The client's `traceparent`, if any (the first), for traces.
+    traceparent: Option<&'a HeaderValue>,
     checks: HeadChecks,
 }
 
@@ -64,17 +70,20 @@ struct HeadChecks {
 impl<'a> ClientHead<'a> {
     fn of(req: &'a Request<Incoming>) -> Self {
         let mut size = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
-        let (mut content_type, mut request_id) = (None, None);
+        let (mut content_type, mut request_id, mut traceparent) = (None, None, None);
         for (k, v) in req.headers() {
             size += k.as_str().len() + v.len() + 4;
             if *k == http::header::CONTENT_TYPE {
                 content_type.get_or_insert(v);
             } else if *k == X_REQUEST_ID {
                 request_id.get_or_insert(v);
+            } else if *k == traces::TRACEPARENT {
+                traceparent.get_or_insert(v);
             }
         }
         ClientHead {
             request_id,
+            traceparent,
             checks: HeadChecks {
                 size,
                 content_type: check_content_type(content_type),
@@ -177,16 +186,13 @@ async fn run(
     .map_err(|r| rec.rate_limited(r))?;
     rec.set_admission(admission);
     if let Some(micro) = snap.budgets.reservation(route, &body) {
-        let (key, alias) = (caller.id.as_deref(), &route.alias);
-        // Matched where it lies: the admission goes to the record without another move.
-        match snap.budgets.admit(key, alias, micro) {
-            Admit::Now(Ok(a)) => rec.set_budget(a),
-            Admit::Now(Err(r)) => return Err(rec.over_budget(&r)),
-            Admit::Wait => match Box::pin(snap.budgets.admit_waiting(key, alias, micro)).await {
-                Ok(a) => rec.set_budget(a),
-                Err(r) => return Err(rec.over_budget(&r)),
-            },
+        let key = caller.id.as_deref();
+        let budget = match snap.budgets.admit(key, route, micro) {
+            Admit::Now(r) => r,
+            Admit::Wait => Box::pin(snap.budgets.admit_waiting(key, route, micro)).await,
         }
+        .map_err(|r| rec.over_budget(&r))?;
+        rec.set_budget(budget);
     }
     let call = attempts::Call {
         client,

@@ -97,6 +97,18 @@ pub struct Limits {
     store_configured: bool,
 }
 
+/// A [`Limits`]' model policies by alias index ([`Limits::by_alias_index`]).
+#[derive(Debug, Default)]
+pub struct ModelPolicies(Box<[Option<Arc<PolicyState>>]>);
+
+/// An alias and where its model policy is: at `index` of `models`.
+#[derive(Clone, Copy)]
+pub struct AliasAt<'a> {
+    pub models: &'a ModelPolicies,
+    pub index: usize,
+    pub alias: &'a str,
+}
+
 /// What the `limits.store` section is assembled with.
 pub enum StoreSource<'a> {
     /// Checking only (`gateway validate`, `gateway paths`): the section is checked, nothing is
@@ -302,27 +314,81 @@ impl Limits {
         [key.and_then(|k| self.keys.get(k)), self.models.get(model)]
     }
 
+    /// The model policies by alias index ([`crate::routing::Route::index`]): `aliases` are every
+    /// configured alias, and an alias's index is its place among them sorted. Admission through
+    /// it ([`Limits::admit_at_alias`]) finds the model's policy without hashing the alias.
+    pub fn by_alias_index(&self, aliases: &[&str]) -> ModelPolicies {
+        let mut sorted = aliases.to_vec();
+        sorted.sort_unstable();
+        ModelPolicies(
+            sorted
+                .iter()
+                .map(|a| self.models.get(*a).cloned())
+                .collect(),
+        )
+    }
+
+    /// The policies that apply to (key, the alias `at` points to).
+    fn policies_at<'a>(
+        &'a self,
+        key: Option<&str>,
+        at: AliasAt<'a>,
+    ) -> [Option<&'a Arc<PolicyState>>; 2] {
+        let (index, model) = (at.index, at.alias);
+        let m = at.models.0.get(index).and_then(Option::as_ref);
+        debug_assert!(
+            m.is_none_or(|p| p.name == model),
+            "{model} is not at {index}"
+        );
+        debug_assert!(m.is_some() || !self.models.contains_key(model));
+        [key.and_then(|k| self.keys.get(k)), m]
+    }
+
+    /// What an admission is when no policy is configured.
+    fn open(&self, estimated_tokens: u64) -> Admit {
+        // No policy: nothing to count, and no clock to read.
+        Admit::Now(Ok(Admission::new(
+            estimated_tokens,
+            self.headers_on_success,
+            false,
+        )))
+    }
+
     /// Checks and takes from every policy that applies to (key, model): concurrency, then
     /// requests, then tokens (reserving `estimated_tokens`). All or nothing: on a rejection what
     /// was already taken is given back. With a store, the leases answer when they can; when only
     /// the store can tell, the answer is [`Admit::Wait`].
     pub fn admit(&self, key: Option<&str>, model: &str, estimated_tokens: u64) -> Admit {
         if self.is_empty() {
-            // No policy: nothing to count, and no clock to read.
-            return Admit::Now(Ok(Admission::new(
-                estimated_tokens,
-                self.headers_on_success,
-                false,
-            )));
+            return self.open(estimated_tokens);
         }
+        self.admit_policies(self.policies(key, model), estimated_tokens)
+    }
+
+    /// [`Limits::admit`] with the model's policy found where `at` points (in a table built by
+    /// [`Limits::by_alias_index`] from this `Limits`).
+    pub fn admit_at_alias(&self, key: Option<&str>, at: AliasAt<'_>, estimated: u64) -> Admit {
+        if self.is_empty() {
+            return self.open(estimated);
+        }
+        self.admit_policies(self.policies_at(key, at), estimated)
+    }
+
+    #[inline]
+    fn admit_policies(&self, policies: [Option<&Arc<PolicyState>>; 2], estimated: u64) -> Admit {
         let Some(store) = &self.store else {
-            return Admit::Now(self.admit_at(now_ns(), key, model, estimated_tokens));
+            return Admit::Now(local::admit(
+                now_ns(),
+                policies,
+                estimated,
+                self.headers_on_success,
+            ));
         };
         // Without a deadline the shared admission never awaits, so one poll completes it.
         let fut = pin!(shared::admit(
             store,
-            self.policies(key, model),
-            estimated_tokens,
+            policies,
+            estimated,
             self.headers_on_success,
             None,
         ));
@@ -341,14 +407,41 @@ impl Limits {
         model: &str,
         estimated_tokens: u64,
     ) -> Result<Admission, Rejection> {
+        self.admit_waiting_policies(self.policies(key, model), model, estimated_tokens)
+            .await
+    }
+
+    /// [`Limits::admit_at_alias`] after [`Admit::Wait`].
+    pub async fn admit_waiting_at_alias(
+        &self,
+        key: Option<&str>,
+        at: AliasAt<'_>,
+        estimated: u64,
+    ) -> Result<Admission, Rejection> {
+        let policies = self.policies_at(key, at);
+        self.admit_waiting_policies(policies, at.alias, estimated)
+            .await
+    }
+
+    async fn admit_waiting_policies(
+        &self,
+        policies: [Option<&Arc<PolicyState>>; 2],
+        model: &str,
+        estimated_tokens: u64,
+    ) -> Result<Admission, Rejection> {
         let Some(store) = &self.store else {
-            return self.admit_at(now_ns(), key, model, estimated_tokens);
+            return local::admit(
+                now_ns(),
+                policies,
+                estimated_tokens,
+                self.headers_on_success,
+            );
         };
         store::count_wait();
         let deadline = tokio::time::Instant::now() + store.config().timeout;
         match shared::admit(
             store,
-            self.policies(key, model),
+            policies,
             estimated_tokens,
             self.headers_on_success,
             Some(deadline),
@@ -364,7 +457,8 @@ impl Limits {
         }
     }
 
-    /// Local admission at `now` (without a store).
+    /// Local admission at `now` (without a store): the tests' clock.
+    #[cfg(test)]
     fn admit_at(
         &self,
         now: u64,

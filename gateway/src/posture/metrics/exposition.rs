@@ -175,6 +175,13 @@ fn render_spend(o: &mut String, shards: &[Arc<Shard>], models: &[String]) {
             let t = total.entry((key.clone(), *m)).or_insert(0);
             *t = t.wrapping_add(*v);
         }
+        let open = s.spend_open.iter().zip(&s.spend_open_seen);
+        for (m, (v, seen)) in open.enumerate() {
+            if seen.load(Ordering::Relaxed) {
+                let t = total.entry((None, m as u16)).or_insert(0);
+                *t = t.wrapping_add(v.load(Ordering::Relaxed));
+            }
+        }
     }
     o.push_str("# HELP gateway_spend_usd_total What priced requests cost, in US dollars, by key and model alias.\n");
     o.push_str("# TYPE gateway_spend_usd_total counter\n");

@@ -23,7 +23,7 @@ pub mod exposition;
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -162,13 +162,17 @@ pub struct Shard {
     fallbacks: Box<[AtomicU64]>, // upstream
     cooldowns: Box<[AtomicU64]>, // upstream
     retry_budget_exhausted: AtomicU64,
-    /// Nanodollars spent by (key, model label): priced requests only. A map, not a table: keys
-    /// are as many as the config lists. Its lock is this thread's and the scrape's, never
-    /// another worker's.
+    /// Nanodollars spent by (key, model label): priced requests of a key only. A map, not a
+    /// table: keys are as many as the config lists. Its lock is this thread's and the scrape's,
+    /// never another worker's.
     spend: Mutex<SpendMap>,
+    /// Nanodollars spent without a key, by model label (an open gateway: no lock, no map), and
+    /// whether any was recorded (a priced request may cost nothing, and is still listed).
+    spend_open: Box<[AtomicU64]>,
+    spend_open_seen: Box<[AtomicBool]>,
 }
 
-/// (the key id's allocation, 0 for none; model label) → (the key id, nanodollars). The key's
+/// (the key id's allocation; model label) → (the key id, nanodollars). The key's
 /// `Arc` is the config's own, shared by every request of that key, so its address names it; a
 /// reload's new `Arc` is another entry, summed with it by name at the scrape.
 type SpendMap = HashMap<(usize, u16), (Option<Arc<str>>, u64), BuildHasherDefault<AddrHasher>>;
@@ -212,6 +216,8 @@ impl Shard {
             cooldowns: zeros(NUPSTREAMS),
             retry_budget_exhausted: AtomicU64::new(0),
             spend: Mutex::new(HashMap::default()),
+            spend_open: zeros(NMODELS),
+            spend_open_seen: (0..NMODELS).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 }
@@ -353,7 +359,14 @@ pub fn inflight_add(route: Dialect, delta: i64) {
 
 /// What a priced request cost (`gateway_spend_usd_total{key, model}`), in nanodollars.
 pub fn spend(key: Option<&Arc<str>>, model: u16, nano: u64) {
-    let addr = key.map_or(0, |k| Arc::as_ptr(k) as *const u8 as usize);
+    let Some(k) = key else {
+        let m = (model as usize).min(NMODELS - 1);
+        return with_shard(|s| {
+            bump(&s.spend_open[m], nano);
+            s.spend_open_seen[m].store(true, Ordering::Relaxed);
+        });
+    };
+    let addr = Arc::as_ptr(k) as *const u8 as usize;
     with_shard(|s| {
         let mut m = s.spend.lock().unwrap();
         let e = m.entry((addr, model)).or_insert_with(|| (key.cloned(), 0));
