@@ -8,12 +8,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{msg_id, stop_from, stop_to};
+use crate::dialect::decode::fast::{member, offset, opt_str, str_lit, u64_of, Template};
 use crate::dialect::decode::upstream_stream_error;
 use crate::dialect::encode::new_id;
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
-use crate::json::{write_str, write_u64};
+use crate::json::{scan_object, write_str, write_u64};
 use crate::sse::{write_event, SseEvent};
 
 #[derive(Deserialize)]
@@ -95,9 +96,77 @@ struct SmallDelta<'a> {
     partial_json: Option<Cow<'a, str>>,
 }
 
+/// The kind of a `content_block_delta` the fast path reads.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+enum Delta {
+    #[default]
+    Text,
+    Args,
+    Other,
+}
+
+/// A `content_block_delta` read without a serde parse: (index, kind, its `text` or
+/// `partial_json`). `None` for a frame it leaves to the serde parse (not JSON, or a member of a
+/// type it does not expect), which then reads it as it read every frame before.
+#[allow(clippy::type_complexity)]
+fn fast_delta(data: &[u8]) -> Option<(u64, Delta, Option<Cow<'_, str>>, Option<(usize, usize)>)> {
+    let [index, delta] = scan_object(data, ["index", "delta"]).ok()?;
+    let index = match member(data, index) {
+        None => 0,
+        Some(i) => u64_of(i)?,
+    };
+    let d = member(data, delta)?;
+    if d.first() != Some(&b'{') {
+        return None;
+    }
+    let [kind, text_r, pj_r] = scan_object(d, ["type", "text", "partial_json"]).ok()?;
+    let kind = opt_str(member(d, kind))??;
+    let text = opt_str(member(d, text_r))?;
+    let partial_json = opt_str(member(d, pj_r))?;
+    let at = |v: &Option<Cow<str>>, r: Option<(usize, usize)>| {
+        let o = offset(data, d);
+        v.as_ref().and(r).map(|(s, e)| (o + s, o + e))
+    };
+    Some(match &*kind {
+        "text_delta" => {
+            let at = at(&text, text_r);
+            (index, Delta::Text, text, at)
+        }
+        "input_json_delta" => {
+            let at = at(&partial_json, pj_r);
+            (index, Delta::Args, partial_json, at)
+        }
+        _ => (index, Delta::Other, None, None),
+    })
+}
+
 /// Messages events → neutral events.
 #[derive(Default)]
-pub struct StreamDecoder {}
+pub struct StreamDecoder {
+    /// The last `content_block_delta` the fast path read, around its value (see [`Template`]),
+    /// with its index and kind.
+    template: Template,
+    index: u64,
+    kind: Delta,
+}
+
+impl StreamDecoder {
+    fn sink_delta<'a>(
+        &self,
+        index: u64,
+        kind: Delta,
+        value: Option<Cow<'a, str>>,
+        sink: &mut dyn FnMut(Event<'a>),
+    ) {
+        if let Some(v) = value {
+            match kind {
+                Delta::Text => sink(Event::Text(v)),
+                Delta::Args if !v.is_empty() => sink(Event::ToolArgs { index, delta: v }),
+                _ => {}
+            }
+        }
+    }
+}
 
 impl Decoder for StreamDecoder {
     fn event<'a>(
@@ -110,6 +179,22 @@ impl Decoder for StreamDecoder {
             // Most of a stream is deltas and pings: they get a parse that looks only for their
             // few fields (the general one below handles every event, named or not).
             b"content_block_delta" => {
+                if let Some(v) = self.template.matches(&ev.data).and_then(str_lit) {
+                    self.sink_delta(self.index, self.kind, Some(v), sink);
+                    return Ok(());
+                }
+                if let Some((index, kind, value, at)) = fast_delta(&ev.data) {
+                    match at {
+                        Some((s, e)) if kind != Delta::Other => {
+                            self.template.keep(&ev.data, s, e);
+                            (self.index, self.kind) = (index, kind);
+                        }
+                        _ => self.template.forget(),
+                    }
+                    self.sink_delta(index, kind, value, sink);
+                    return Ok(());
+                }
+                self.template.forget();
                 let d: BlockDelta<'a> = serde_json::from_slice(&ev.data).map_err(|_| {
                     GwError::bad_upstream("upstream sent a frame that is not a messages event")
                 })?;
