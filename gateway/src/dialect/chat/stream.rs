@@ -366,3 +366,89 @@ impl Encoder for StreamEncoder {
         out.extend_from_slice(&err.sse_event(Dialect::Chat, 0));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn decode(frames: &[&str]) -> Vec<Result<Vec<String>, ()>> {
+        let mut d = StreamDecoder::default();
+        frames
+            .iter()
+            .map(|f| {
+                let ev = SseEvent {
+                    event: Bytes::new(),
+                    data: Bytes::copy_from_slice(f.as_bytes()),
+                };
+                let mut got = Vec::new();
+                d.event(&ev, &mut |e| got.push(format!("{e:?}")))
+                    .map(|()| got)
+                    .map_err(|_| ())
+            })
+            .collect()
+    }
+
+    const P: &str = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"#;
+    const Q: &str = r#"},"logprobs":null,"finish_reason":null}]}"#;
+
+    /// The fast path and its template of the last chunk read what serde reads, and leave to
+    /// serde (so refuse) what serde refuses.
+    #[test]
+    fn chunks_read_fast_as_serde_reads_them() {
+        let f = |v: &str| format!("{P}{v}{Q}");
+        let frames = [
+            f(r#""a""#),
+            f(r#""b\"c\u00e9""#),
+            f("\"raw\tcontrol\""),
+            f(r#""x","content":"y""#),
+            f("5"),
+            f(r#""""#),
+            f(
+                r#""a","tool_calls":[{"index":0,"id":"t","function":{"name":"n","arguments":"{}"}}]"#,
+            ),
+            f(r#""\q""#),
+            f("null"),
+            r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#.into(),
+            r#"{"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#.into(),
+            r#"{"id":"c1","choices":[],"id":"c2"}"#.into(),
+            r#"{"error":{"message":"m"}}"#.into(),
+            f(r#""back""#),
+        ];
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        let got = decode(&frames);
+        let text = |t: &str| Ok(vec![format!("Text({t:?})")]);
+        let start = r#"Start { id: "c1", input_tokens: None }"#.to_string();
+        assert_eq!(got[0], Ok(vec![start.clone(), r#"Text("a")"#.into()]));
+        assert_eq!(
+            &got[1..],
+            [
+                text("b\"cé"),
+                Err(()),
+                Err(()),
+                Err(()),
+                Ok(vec![]),
+                Ok(vec![
+                    r#"Text("a")"#.into(),
+                    r#"ToolStart { index: 0, id: "t", name: "n" }"#.into(),
+                    r#"ToolArgs { index: 0, delta: "{}" }"#.into()
+                ]),
+                Err(()),
+                Ok(vec![]),
+                Ok(vec!["Stop(MaxTokens)".into()]),
+                Ok(vec!["Usage { input: Some(3), output: Some(4) }".into()]),
+                Err(()),
+                Err(()),
+                text("back"),
+            ]
+        );
+        // Each frame alone (no template) reads the same, but for the stream's start.
+        for (frame, want) in frames.iter().zip(&got).skip(1) {
+            let mut alone = decode(&[frame]).remove(0);
+            if let Ok(events) = &mut alone {
+                assert_eq!(events.remove(0), start, "{frame}");
+            }
+            assert_eq!(&alone, want, "{frame}");
+        }
+    }
+}

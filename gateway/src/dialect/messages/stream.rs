@@ -434,3 +434,80 @@ impl Encoder for StreamEncoder {
         out.extend_from_slice(&err.sse_event(Dialect::Messages, 0));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// Each frame's events (Debug), or `Err` when the decoder refused it.
+    fn decode(frames: &[&str]) -> Vec<Result<Vec<String>, ()>> {
+        let mut d = StreamDecoder::default();
+        frames
+            .iter()
+            .map(|f| {
+                let ev = SseEvent {
+                    event: Bytes::from_static(b"content_block_delta"),
+                    data: Bytes::copy_from_slice(f.as_bytes()),
+                };
+                let mut got = Vec::new();
+                d.event(&ev, &mut |e| got.push(format!("{e:?}")))
+                    .map(|()| got)
+                    .map_err(|_| ())
+            })
+            .collect()
+    }
+
+    const T: &str =
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#;
+    const A: &str = r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"#;
+
+    /// The fast path and its template of the last delta read what serde reads, and leave to
+    /// serde (so refuse) what serde refuses.
+    #[test]
+    fn deltas_read_fast_as_serde_reads_them() {
+        let f = |v: &str| format!("{T}{v}}}}}");
+        let a = |v: &str| format!("{A}{v}}}}}");
+        let frames = [
+            f(r#""a""#),
+            f(r#""b\"c\u00e9""#),
+            f("\"raw\ncontrol\""),
+            f(r#""x","text":"y""#),
+            f("5"),
+            f(r#""a" , "other":[1,{"b":null}]"#),
+            f(r#""\q""#),
+            f(r#""\ud800""#),
+            f("null"),
+            a(r#""{\"k\":""#),
+            a(r#""""#),
+            a(r#""1}""#),
+            f(r#""back""#),
+        ];
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        let got = decode(&frames);
+        let text = |t: &str| Ok(vec![format!("Text({t:?})")]);
+        let args = |t: &str| Ok(vec![format!("ToolArgs {{ index: 2, delta: {t:?} }}")]);
+        assert_eq!(
+            got,
+            [
+                text("a"),
+                text("b\"cé"),
+                Err(()),
+                Err(()),
+                Err(()),
+                text("a"),
+                Err(()),
+                Err(()),
+                Ok(vec![]),
+                args("{\"k\":"),
+                Ok(vec![]),
+                args("1}"),
+                text("back"),
+            ]
+        );
+        // Each frame alone (no template) reads the same.
+        for (frame, want) in frames.iter().zip(&got) {
+            assert_eq!(&decode(&[frame])[0], want, "{frame}");
+        }
+    }
+}
