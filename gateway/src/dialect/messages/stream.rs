@@ -5,12 +5,11 @@ use std::borrow::Cow;
 
 use bytes::BytesMut;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{msg_id, stop_from, stop_to};
 use crate::dialect::decode::fast::{member, offset, opt_str, str_lit, u64_of, Template};
 use crate::dialect::decode::upstream_stream_error;
-use crate::dialect::encode::new_id;
+use crate::dialect::encode::{new_id, serde_str};
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
@@ -335,28 +334,38 @@ impl StreamEncoder {
         }
     }
 
-    fn open(&mut self, kind: Open, block: Value, out: &mut BytesMut) -> u64 {
+    /// `content_block_start` of a new block (`{"text":"","type":"text"}` or a tool call's, written
+    /// by `block`), closing the open one; its index.
+    fn open(&mut self, kind: Open, out: &mut BytesMut, block: impl FnOnce(&mut BytesMut)) -> u64 {
         self.close(out);
         let i = self.next_index;
         self.next_index += 1;
         self.open = Some((kind, i));
-        let d = json!({"type": "content_block_start", "index": i, "content_block": block});
-        write_event(out, "content_block_start", d.to_string().as_bytes());
+        out.extend_from_slice(b"event: content_block_start\ndata: {\"content_block\":");
+        block(out);
+        out.extend_from_slice(b",\"index\":");
+        write_u64(out, i);
+        out.extend_from_slice(b",\"type\":\"content_block_start\"}\n\n");
         i
     }
 
+    /// `message_start` and a `ping`, written as serde_json wrote the `Value` they were (members
+    /// sorted by name).
     fn start(&mut self, id: &str, out: &mut BytesMut) {
         self.started = true;
-        let d = json!({
-            "type": "message_start",
-            "message": {
-                "id": msg_id(id), "type": "message", "role": "assistant", "model": self.alias,
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": self.usage.input, "output_tokens": 0},
-            }
-        });
-        write_event(out, "message_start", d.to_string().as_bytes());
-        write_event(out, "ping", br#"{"type":"ping"}"#);
+        out.extend_from_slice(b"event: message_start\ndata: {\"message\":{\"content\":[],\"id\":");
+        serde_str(out, &msg_id(id));
+        out.extend_from_slice(b",\"model\":");
+        serde_str(out, &self.alias);
+        out.extend_from_slice(
+            b",\"role\":\"assistant\",\"stop_reason\":null,\"stop_sequence\":null,\
+              \"type\":\"message\",\"usage\":{\"input_tokens\":",
+        );
+        write_u64(out, self.usage.input);
+        out.extend_from_slice(
+            b",\"output_tokens\":0}},\"type\":\"message_start\"}\n\n\
+              event: ping\ndata: {\"type\":\"ping\"}\n\n",
+        );
     }
 
     /// The frequent event, written without building a DOM.
@@ -388,7 +397,9 @@ impl Encoder for StreamEncoder {
                 }
                 let i = match self.open {
                     Some((Open::Text, i)) => i,
-                    _ => self.open(Open::Text, json!({"type": "text", "text": ""}), out),
+                    _ => self.open(Open::Text, out, |out| {
+                        out.extend_from_slice(b"{\"text\":\"\",\"type\":\"text\"}")
+                    }),
                 };
                 Self::delta(out, i, "text_delta", "text", &t);
             }
@@ -396,11 +407,13 @@ impl Encoder for StreamEncoder {
                 if !self.started {
                     self.start(&new_id("msg_"), out);
                 }
-                self.open(
-                    Open::Tool(index),
-                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                    out,
-                );
+                self.open(Open::Tool(index), out, |out| {
+                    out.extend_from_slice(b"{\"id\":");
+                    serde_str(out, &id);
+                    out.extend_from_slice(b",\"input\":{},\"name\":");
+                    serde_str(out, &name);
+                    out.extend_from_slice(b",\"type\":\"tool_use\"}");
+                });
             }
             Event::ToolArgs { index, delta } => {
                 let i = match self.open {
@@ -419,12 +432,19 @@ impl Encoder for StreamEncoder {
                     self.start(&new_id("msg_"), out);
                 }
                 self.close(out);
-                let d = json!({
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop_to(self.stop.unwrap_or(StopReason::End)), "stop_sequence": null},
-                    "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output},
-                });
-                write_event(out, "message_delta", d.to_string().as_bytes());
+                let stop = stop_to(self.stop.unwrap_or(StopReason::End));
+                out.extend_from_slice(
+                    b"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"",
+                );
+                out.extend_from_slice(stop.as_bytes());
+                out.extend_from_slice(
+                    b"\",\"stop_sequence\":null},\"type\":\"message_delta\",\
+                      \"usage\":{\"input_tokens\":",
+                );
+                write_u64(out, self.usage.input);
+                out.extend_from_slice(b",\"output_tokens\":");
+                write_u64(out, self.usage.output);
+                out.extend_from_slice(b"}}\n\n");
                 write_event(out, "message_stop", br#"{"type":"message_stop"}"#);
             }
         }

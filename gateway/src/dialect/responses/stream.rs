@@ -1,10 +1,10 @@
 //! Responses streams: neutral events out as the client's Responses events, with a monotonic
 //! `sequence_number`.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 
 use super::{resp_id, split_name};
-use crate::dialect::encode::{new_id, now_secs};
+use crate::dialect::encode::{new_id, now_secs, serde_str as put_str};
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
@@ -43,16 +43,6 @@ pub struct StreamEncoder {
     started: bool,
     /// Namespaces whose tools the request flattened (their calls go back under them).
     namespaces: Vec<String>,
-}
-
-/// A JSON string as serde_json writes it: [`write_str`]'s escapes but for backspace and form
-/// feed, which serde writes as `\b` and `\f`.
-fn put_str(out: &mut BytesMut, s: &str) {
-    if s.bytes().any(|b| b == 0x08 || b == 0x0c) {
-        serde_json::to_writer(out.writer(), s).expect("writing to memory cannot fail");
-    } else {
-        write_str(out, s);
-    }
 }
 
 /// `event: NAME\ndata: {`
