@@ -43,6 +43,8 @@ pub struct StreamEncoder {
     started: bool,
     /// Namespaces whose tools the request flattened (their calls go back under them).
     namespaces: Vec<String>,
+    /// The open item's delta head (empty until its first delta).
+    delta_head: DeltaHead,
 }
 
 /// `event: NAME\ndata: {`
@@ -120,6 +122,7 @@ impl StreamEncoder {
             stop: None,
             started: false,
             namespaces,
+            delta_head: DeltaHead::default(),
         }
     }
 
@@ -214,6 +217,7 @@ impl StreamEncoder {
     }
 
     fn close(&mut self, out: &mut BytesMut) {
+        self.delta_head.0.clear();
         let output_index = self.n_items;
         match self.open.take() {
             None => {}
@@ -280,36 +284,44 @@ impl StreamEncoder {
     }
 }
 
-/// A delta event, the frequent one, written without building a DOM. Text deltas (`text`) also
-/// carry their content index and (empty) logprobs; function-call argument deltas do not.
-fn delta_frame(
-    out: &mut BytesMut,
-    event: &str,
-    item_id: &str,
-    output_index: usize,
-    text: bool,
-    delta: &str,
-    seq: u64,
-) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(event.as_bytes());
-    out.extend_from_slice(b"\ndata: {\"type\":\"");
-    out.extend_from_slice(event.as_bytes());
-    out.extend_from_slice(b"\",\"item_id\":");
-    write_str(out, item_id);
-    out.extend_from_slice(b",\"output_index\":");
-    write_u64(out, output_index as u64);
-    if text {
-        out.extend_from_slice(b",\"content_index\":0");
+/// The part of a delta event before its delta, the same for every delta of an item: rendered
+/// once when the item opens ([`DeltaHead::render`]), copied per delta. Text deltas (`text`) also
+/// carry their content index (here) and (empty) logprobs (after the delta); function-call argument
+/// deltas do not.
+#[derive(Default)]
+struct DeltaHead(Vec<u8>);
+
+impl DeltaHead {
+    fn render(&mut self, event: &str, item_id: &str, output_index: usize, text: bool) {
+        let mut h = BytesMut::with_capacity(160);
+        h.extend_from_slice(b"event: ");
+        h.extend_from_slice(event.as_bytes());
+        h.extend_from_slice(b"\ndata: {\"type\":\"");
+        h.extend_from_slice(event.as_bytes());
+        h.extend_from_slice(b"\",\"item_id\":");
+        write_str(&mut h, item_id);
+        h.extend_from_slice(b",\"output_index\":");
+        write_u64(&mut h, output_index as u64);
+        if text {
+            h.extend_from_slice(b",\"content_index\":0");
+        }
+        h.extend_from_slice(b",\"delta\":");
+        self.0.clear();
+        self.0.extend_from_slice(&h);
     }
-    out.extend_from_slice(b",\"delta\":");
-    write_str(out, delta);
-    if text {
-        out.extend_from_slice(b",\"logprobs\":[]");
+
+    /// A delta event, the frequent one: the head, the delta, the rest.
+    fn frame(&self, out: &mut BytesMut, text: bool, delta: &str, seq: u64) {
+        out.extend_from_slice(&self.0);
+        write_str(out, delta);
+        if text {
+            out.extend_from_slice(b",\"logprobs\":[],\"sequence_number\":");
+        } else {
+            out.extend_from_slice(b",\"sequence_number\":");
+        }
+        write_u64(out, seq);
+        out.extend_from_slice(b"}\n\n");
     }
-    out.extend_from_slice(b",\"sequence_number\":");
-    write_u64(out, seq);
-    out.extend_from_slice(b"}\n\n");
 }
 
 impl Encoder for StreamEncoder {
@@ -354,15 +366,11 @@ impl Encoder for StreamEncoder {
                     unreachable!("a text item was just opened")
                 };
                 text.push_str(&t);
-                delta_frame(
-                    out,
-                    "response.output_text.delta",
-                    id,
-                    output_index,
-                    true,
-                    &t,
-                    seq,
-                );
+                if self.delta_head.0.is_empty() {
+                    let event = "response.output_text.delta";
+                    self.delta_head.render(event, id, output_index, true);
+                }
+                self.delta_head.frame(out, true, &t, seq);
             }
             Event::ToolStart { index: _, id, name } => {
                 self.close(out);
@@ -404,7 +412,10 @@ impl Encoder for StreamEncoder {
                 };
                 arguments.push_str(&delta);
                 let event = "response.function_call_arguments.delta";
-                delta_frame(out, event, id, output_index, false, &delta, seq);
+                if self.delta_head.0.is_empty() {
+                    self.delta_head.render(event, id, output_index, false);
+                }
+                self.delta_head.frame(out, false, &delta, seq);
             }
             Event::Stop(s) => self.stop = Some(s),
             Event::Usage { input, output } => self.usage.update(input, output),
