@@ -124,6 +124,28 @@ pub mod fast {
         }
     }
 
+    /// Each frame (named `event`) through `d`: its events (Debug), or `Err` when refused.
+    #[cfg(test)]
+    pub fn decode_frames(
+        d: &mut dyn crate::dialect::neutral::Decoder,
+        event: &'static [u8],
+        frames: &[&str],
+    ) -> Vec<Result<Vec<String>, ()>> {
+        frames
+            .iter()
+            .map(|f| {
+                let ev = crate::sse::SseEvent {
+                    event: bytes::Bytes::from_static(event),
+                    data: bytes::Bytes::copy_from_slice(f.as_bytes()),
+                };
+                let mut got = Vec::new();
+                d.event(&ev, &mut |e| got.push(format!("{e:?}")))
+                    .map(|()| got)
+                    .map_err(|_| ())
+            })
+            .collect()
+    }
+
     /// `v` without the whitespace JSON allows around values.
     pub fn trim(mut v: &[u8]) -> &[u8] {
         while let [b' ' | b'\n' | b'\r' | b'\t', rest @ ..] = v {

@@ -370,23 +370,10 @@ impl Encoder for StreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
+    use crate::dialect::decode::fast::decode_frames;
 
     fn decode(frames: &[&str]) -> Vec<Result<Vec<String>, ()>> {
-        let mut d = StreamDecoder::default();
-        frames
-            .iter()
-            .map(|f| {
-                let ev = SseEvent {
-                    event: Bytes::new(),
-                    data: Bytes::copy_from_slice(f.as_bytes()),
-                };
-                let mut got = Vec::new();
-                d.event(&ev, &mut |e| got.push(format!("{e:?}")))
-                    .map(|()| got)
-                    .map_err(|_| ())
-            })
-            .collect()
+        decode_frames(&mut StreamDecoder::default(), b"", frames)
     }
 
     const P: &str = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"#;

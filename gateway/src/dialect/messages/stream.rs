@@ -458,24 +458,14 @@ impl Encoder for StreamEncoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
+    use crate::dialect::decode::fast::decode_frames;
 
-    /// Each frame's events (Debug), or `Err` when the decoder refused it.
     fn decode(frames: &[&str]) -> Vec<Result<Vec<String>, ()>> {
-        let mut d = StreamDecoder::default();
-        frames
-            .iter()
-            .map(|f| {
-                let ev = SseEvent {
-                    event: Bytes::from_static(b"content_block_delta"),
-                    data: Bytes::copy_from_slice(f.as_bytes()),
-                };
-                let mut got = Vec::new();
-                d.event(&ev, &mut |e| got.push(format!("{e:?}")))
-                    .map(|()| got)
-                    .map_err(|_| ())
-            })
-            .collect()
+        decode_frames(
+            &mut StreamDecoder::default(),
+            b"content_block_delta",
+            frames,
+        )
     }
 
     const T: &str =

@@ -54,6 +54,16 @@ fn head(out: &mut BytesMut, name: &str) {
     out.extend_from_slice(b"\ndata: {");
 }
 
+/// `event: NAME\ndata: {"content_index":0,"item_id":ID,"output_index":N`, the head of the
+/// events about a message's text part.
+fn part_head(out: &mut BytesMut, name: &str, item_id: &str, output_index: usize) {
+    head(out, name);
+    out.extend_from_slice(b"\"content_index\":0,\"item_id\":");
+    put_str(out, item_id);
+    out.extend_from_slice(b",\"output_index\":");
+    write_u64(out, output_index as u64);
+}
+
 /// `,"sequence_number":SEQ,"type":"NAME"}\n\n`, the last members of every event but one.
 fn tail(out: &mut BytesMut, seq: u64, name: &str) {
     out.extend_from_slice(b",\"sequence_number\":");
@@ -222,13 +232,8 @@ impl StreamEncoder {
         match self.open.take() {
             None => {}
             Some(Item::Text { id, text }) => {
-                let name = "response.output_text.done";
                 let seq = self.next_seq();
-                head(out, name);
-                out.extend_from_slice(b"\"content_index\":0,\"item_id\":");
-                put_str(out, &id);
-                out.extend_from_slice(b",\"output_index\":");
-                write_u64(out, output_index as u64);
+                part_head(out, "response.output_text.done", &id, output_index);
                 out.extend_from_slice(b",\"sequence_number\":");
                 write_u64(out, seq);
                 out.extend_from_slice(b",\"text\":");
@@ -237,11 +242,7 @@ impl StreamEncoder {
 
                 let name = "response.content_part.done";
                 let seq = self.next_seq();
-                head(out, name);
-                out.extend_from_slice(b"\"content_index\":0,\"item_id\":");
-                put_str(out, &id);
-                out.extend_from_slice(b",\"output_index\":");
-                write_u64(out, output_index as u64);
+                part_head(out, name, &id, output_index);
                 out.extend_from_slice(b",\"part\":{\"annotations\":[],\"text\":");
                 put_str(out, &text);
                 out.extend_from_slice(b",\"type\":\"output_text\"}");
@@ -346,11 +347,7 @@ impl Encoder for StreamEncoder {
                     tail(out, seq, name);
                     let name = "response.content_part.added";
                     let seq = self.next_seq();
-                    head(out, name);
-                    out.extend_from_slice(b"\"content_index\":0,\"item_id\":");
-                    put_str(out, &id);
-                    out.extend_from_slice(b",\"output_index\":");
-                    write_u64(out, output_index);
+                    part_head(out, name, &id, output_index as usize);
                     out.extend_from_slice(
                         b",\"part\":{\"annotations\":[],\"text\":\"\",\"type\":\"output_text\"}",
                     );
