@@ -24,6 +24,140 @@ where
     Ok(<Option<Str<'a>> as serde::Deserialize>::deserialize(d)?.map(|s| s.0))
 }
 
+/// Readers of a stream frame's members for the decoders' fast paths, which locate members with
+/// [`crate::json::scan_object`] (which checks the frame by serde_json's grammar) instead of a
+/// serde parse. Each answers `None` for a value the fast path leaves to the serde parse (a type
+/// it does not expect), so that whatever serde refuses is still refused by serde, with its error.
+pub mod fast {
+    use std::borrow::Cow;
+
+    /// The member at `range` of `data` (as [`crate::json::scan_object`] gives it), whitespace
+    /// around it excluded.
+    pub fn member(data: &[u8], range: Option<(usize, usize)>) -> Option<&[u8]> {
+        range.map(|(s, e)| &data[s..e])
+    }
+
+    /// An optional string member: `Some(None)` when absent or `null`, `Some(Some(text))` for a
+    /// string (escapes decoded; borrowed without), `None` for anything else (or text that is not
+    /// UTF-8).
+    pub fn opt_str(v: Option<&[u8]>) -> Option<Option<Cow<'_, str>>> {
+        match v {
+            None | Some(b"null") => Some(None),
+            Some([b'"', inner @ .., b'"']) => crate::json::decode_str(inner).ok().map(Some),
+            Some(_) => None,
+        }
+    }
+
+    /// An unsigned integer written as plain digits (what serde reads as a `u64`), `None` for
+    /// anything else.
+    pub fn u64_of(v: &[u8]) -> Option<u64> {
+        if v.is_empty() || v.len() > 19 {
+            return None;
+        }
+        let mut n = 0u64;
+        for &c in v {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            n = n * 10 + u64::from(c - b'0');
+        }
+        Some(n)
+    }
+
+    /// The text of a string literal `lit` (quotes included) that [`Template::matches`] found,
+    /// checked as serde_json checks a string (no raw control character, valid escapes, UTF-8);
+    /// `None` when it is not one.
+    pub fn str_lit(lit: &[u8]) -> Option<Cow<'_, str>> {
+        let [b'"', inner @ .., b'"'] = lit else {
+            return None;
+        };
+        if inner.iter().any(|&c| c < 0x20) {
+            return None;
+        }
+        crate::json::decode_str(inner).ok()
+    }
+
+    /// Where `inner` (a slice of `outer`) starts in `outer`.
+    pub fn offset(outer: &[u8], inner: &[u8]) -> usize {
+        inner.as_ptr() as usize - outer.as_ptr() as usize
+    }
+
+    /// The last frame a fast path read whole, as the frame before and after one string value
+    /// (a delta's text): a stream's deltas differ from each other only there, so a frame whose
+    /// bytes are the same but for a string literal in that place is the same JSON with another
+    /// string, read without scanning it again. Only what was checked whole is kept, so a frame
+    /// it matches is valid JSON by the same grammar.
+    #[derive(Default)]
+    pub struct Template {
+        frame: Vec<u8>,
+        /// Where the value starts in `frame`.
+        before: usize,
+        /// How many bytes of `frame` follow the value.
+        after: usize,
+    }
+
+    impl Template {
+        /// Keeps `frame` as the template, its value at `start..end`.
+        pub fn keep(&mut self, frame: &[u8], start: usize, end: usize) {
+            self.frame.clear();
+            self.frame.extend_from_slice(frame);
+            self.before = start;
+            self.after = frame.len() - end;
+        }
+
+        pub fn forget(&mut self) {
+            self.frame.clear();
+        }
+
+        /// The string literal (quotes included) in the value's place when `frame` is the template
+        /// but for one string literal there.
+        pub fn matches<'a>(&self, frame: &'a [u8]) -> Option<&'a [u8]> {
+            let (b, a) = (self.before, self.after);
+            if self.frame.is_empty() || frame.len() < b + a + 2 {
+                return None;
+            }
+            let end = frame.len() - a;
+            if frame[..b] != self.frame[..b] || frame[end..] != self.frame[self.frame.len() - a..] {
+                return None;
+            }
+            (crate::json::string_end(frame, b)? == end).then(|| &frame[b..end])
+        }
+    }
+
+    /// Each frame (named `event`) through `d`: its events (Debug), or `Err` when refused.
+    #[cfg(test)]
+    pub fn decode_frames(
+        d: &mut dyn crate::dialect::neutral::Decoder,
+        event: &'static [u8],
+        frames: &[&str],
+    ) -> Vec<Result<Vec<String>, ()>> {
+        frames
+            .iter()
+            .map(|f| {
+                let ev = crate::sse::SseEvent {
+                    event: bytes::Bytes::from_static(event),
+                    data: bytes::Bytes::copy_from_slice(f.as_bytes()),
+                };
+                let mut got = Vec::new();
+                d.event(&ev, &mut |e| got.push(format!("{e:?}")))
+                    .map(|()| got)
+                    .map_err(|_| ())
+            })
+            .collect()
+    }
+
+    /// `v` without the whitespace JSON allows around values.
+    pub fn trim(mut v: &[u8]) -> &[u8] {
+        while let [b' ' | b'\n' | b'\r' | b'\t', rest @ ..] = v {
+            v = rest;
+        }
+        while let [rest @ .., b' ' | b'\n' | b'\r' | b'\t'] = v {
+            v = rest;
+        }
+        v
+    }
+}
+
 pub fn bad(msg: impl Into<String>) -> GwError {
     GwError::bad_request(msg)
 }

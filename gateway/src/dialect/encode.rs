@@ -1,10 +1,10 @@
 //! Encoding helpers the dialect modules share: a JSON object and array writer for the translated
 //! request bodies, the text-part forms both upstream dialects accept, and fresh ids.
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 
 use crate::dialect::neutral::Text;
-use crate::json::write_u64;
+use crate::json::{write_str, write_u64};
 
 /// Writes `{` … `}` with commas between fields.
 pub struct Obj<'o> {
@@ -81,6 +81,17 @@ pub fn content(out: &mut BytesMut, texts: &[&Text]) {
         [] => out.extend_from_slice(b"\"\""),
         [one] => one.write(out),
         many => text_parts(out, many),
+    }
+}
+
+/// A JSON string as serde_json writes it: [`write_str`]'s escapes but for backspace and form
+/// feed, which serde writes as `\b` and `\f`. For the stream events that were serde_json
+/// `Value`s before and are written directly now, byte for byte the same.
+pub fn serde_str(out: &mut BytesMut, s: &str) {
+    if s.bytes().any(|b| b == 0x08 || b == 0x0c) {
+        serde_json::to_writer(out.writer(), s).expect("writing to memory cannot fail");
+    } else {
+        write_str(out, s);
     }
 }
 

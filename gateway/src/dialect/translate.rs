@@ -701,4 +701,142 @@ mod tests {
             "n,response_format,logit_bias,seed,store,functions"
         );
     }
+    fn anth_tool_frames() -> Vec<String> {
+        let ev = |e: &str, d: &str| format!("event: {e}\ndata: {d}\n\n");
+        vec![
+            ev(
+                "message_start",
+                r#"{"type":"message_start","message":{"id":"x\"y","type":"message","role":"assistant","model":"mock-claude","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}"#,
+            ),
+            ev(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":"pre\b\f\u0001\u00e9\"x\\"}}"#,
+            ),
+            ev(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\bb\n\u2028"}}"#,
+            ),
+            ev(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":0}"#,
+            ),
+            ev(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"ns__f\b","input":{}}}"#,
+            ),
+            ev("ping", r#"{"type":"ping"}"#),
+            ev(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            ),
+            ev(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"1\f}"}}"#,
+            ),
+            ev(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":1}"#,
+            ),
+            ev(
+                "content_block_start",
+                r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_2","name":"g","input":{}}}"#,
+            ),
+            ev(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#,
+            ),
+            ev(
+                "content_block_stop",
+                r#"{"type":"content_block_stop","index":2}"#,
+            ),
+            ev(
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":33}}"#,
+            ),
+            ev("message_stop", r#"{"type":"message_stop"}"#),
+        ]
+    }
+
+    fn oai_tool_frames() -> Vec<String> {
+        let p = r#"data: {"id":"c\u0041","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":["#;
+        let c = |x: &str| format!("{p}{x}]}}\n\n");
+        vec![
+            c(r#"{"index":0,"delta":{"role":"assistant","content":"hi\b\f\"\u00e9"},"logprobs":null,"finish_reason":null}"#),
+            c(r#"{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"ns__f","arguments":""}}]},"finish_reason":null}"#),
+            c(r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":1}"}}]},"finish_reason":null}"#),
+            c(r#"{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_2","type":"function","function":{"name":"g","arguments":"{}"}}]},"finish_reason":null}"#),
+            c(r#"{"index":0,"delta":{},"finish_reason":"tool_calls"}"#),
+            format!("{p}],\"usage\":{{\"prompt_tokens\":12,\"completion_tokens\":33,\"total_tokens\":45}}}}\n\n"),
+            "data: [DONE]\n\n".to_string(),
+        ]
+    }
+
+    /// A translated stream's bytes with its generated ids (`msg_`/`fc_` and 24 hex digits) and
+    /// times (`created_at`) put as `ID` and `T`.
+    fn normalized(out: &[u8]) -> String {
+        let s = String::from_utf8(out.to_vec()).unwrap();
+        let mut r = String::new();
+        let mut rest = s.as_str();
+        while let Some(c) = rest.chars().next() {
+            let hex24 =
+                |t: &str| t.len() >= 24 && t.as_bytes()[..24].iter().all(u8::is_ascii_hexdigit);
+            if let Some(t) = ["msg_", "fc_"]
+                .iter()
+                .find_map(|p| rest.strip_prefix(p).filter(|t| hex24(t)).map(|t| (p, t)))
+            {
+                r.push_str(t.0);
+                r.push_str("ID");
+                rest = &t.1[24..];
+            } else if let Some(t) = rest.strip_prefix("\"created_at\":") {
+                r.push_str("\"created_at\":T");
+                rest = t.trim_start_matches(|c: char| c.is_ascii_digit());
+            } else {
+                r.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        r
+    }
+
+    /// The bridged streams' events written directly are byte for byte what serde_json wrote
+    /// when they were built as `Value`s (the golden files were written by that code): text with
+    /// escapes serde writes its own way, tool calls, a namespaced tool, a stop reason that is
+    /// not the end of a turn, and the error event after.
+    #[test]
+    fn bridged_streams_keep_their_bytes() {
+        for (client, upstream, frames, golden) in [
+            (
+                Dialect::Responses,
+                Dialect::Messages,
+                anth_tool_frames(),
+                include_str!("responses/stream-golden-from-anthropic.txt"),
+            ),
+            (
+                Dialect::Messages,
+                Dialect::Chat,
+                oai_tool_frames(),
+                include_str!("messages/stream-golden-from-chat.txt"),
+            ),
+        ] {
+            let t = Translation {
+                client,
+                upstream,
+                include_usage: true,
+                namespaces: vec!["ns".to_string()],
+                dropped: String::new(),
+            };
+            let mut t = t.stream("claude-haiku");
+            let mut splitter = crate::sse::SseSplitter::default();
+            let mut out = BytesMut::new();
+            for f in frames {
+                splitter.push(f.as_bytes());
+                while let Some(ev) = splitter.next_event() {
+                    t.on_event(&ev, &mut out).unwrap();
+                }
+            }
+            t.on_end(&mut out).unwrap();
+            t.on_error(&GwError::bad_upstream("boom\u{8}"), &mut out);
+            assert_eq!(normalized(&out), golden);
+        }
+    }
 }

@@ -8,12 +8,13 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::{chat_id, stop_from, stop_to};
+use crate::dialect::decode::fast::{member, offset, opt_str, str_lit, trim, Template};
 use crate::dialect::decode::upstream_stream_error;
 use crate::dialect::encode::{new_id, now_secs};
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
-use crate::json::{write_str, write_u64};
+use crate::json::{scan_object, write_str, write_u64};
 use crate::sse::SseEvent;
 
 #[derive(Deserialize)]
@@ -70,10 +71,66 @@ struct ChunkUsage {
     completion_tokens: Option<u64>,
 }
 
+/// What [`fast_chunk`] reads of a chunk.
+struct FastChunk<'a> {
+    id: Option<Cow<'a, str>>,
+    text: Option<Cow<'a, str>>,
+    /// Where the text's string literal is in the chunk.
+    text_at: Option<(usize, usize)>,
+    finish: Option<Cow<'a, str>>,
+}
+
+/// The frequent chunk read without a serde parse: no `error`, no `usage`, at most one choice,
+/// whose delta carries no tool calls. `None` for any other chunk (or one not JSON): the serde
+/// parse reads those, with the same result as for every chunk before.
+fn fast_chunk(data: &[u8]) -> Option<FastChunk<'_>> {
+    let [id, choices, usage, error] =
+        scan_object(data, ["id", "choices", "usage", "error"]).ok()?;
+    if error.is_some() || !matches!(member(data, usage), None | Some(b"null")) {
+        return None;
+    }
+    let id = opt_str(member(data, id))?;
+    let mut text = None;
+    let mut text_at = None;
+    let mut finish = None;
+    if let Some(c) = member(data, choices) {
+        let [b'[', inner @ .., b']'] = c else {
+            return None;
+        };
+        let choice = trim(inner);
+        if !choice.is_empty() {
+            let [delta, finish_reason] = scan_object(choice, ["delta", "finish_reason"]).ok()?;
+            finish = opt_str(member(choice, finish_reason))?;
+            match member(choice, delta) {
+                None | Some(b"null") => {}
+                Some(d) => {
+                    let [content, tool_calls] = scan_object(d, ["content", "tool_calls"]).ok()?;
+                    if !matches!(member(d, tool_calls), None | Some(b"null")) {
+                        return None;
+                    }
+                    text = opt_str(member(d, content))?;
+                    if let (Some(_), Some((s, e))) = (&text, content) {
+                        let at = offset(data, d);
+                        text_at = Some((at + s, at + e));
+                    }
+                }
+            }
+        }
+    }
+    Some(FastChunk {
+        id,
+        text,
+        text_at,
+        finish,
+    })
+}
+
 /// Chat chunks → neutral events.
 #[derive(Default)]
 pub struct StreamDecoder {
     started: bool,
+    /// The last chunk the fast path read, around its text (see [`Template`]).
+    template: Template,
 }
 
 impl Decoder for StreamDecoder {
@@ -86,6 +143,35 @@ impl Decoder for StreamDecoder {
             sink(Event::Done);
             return Ok(());
         }
+        if self.started {
+            if let Some(t) = self.template.matches(&ev.data).and_then(str_lit) {
+                if !t.is_empty() {
+                    sink(Event::Text(t));
+                }
+                return Ok(());
+            }
+        }
+        if let Some(f) = fast_chunk(&ev.data) {
+            match f.text_at {
+                Some((s, e)) if f.finish.is_none() => self.template.keep(&ev.data, s, e),
+                _ => self.template.forget(),
+            }
+            if !self.started {
+                self.started = true;
+                sink(Event::Start {
+                    id: f.id.unwrap_or_else(|| new_id("chatcmpl-").into()),
+                    input_tokens: None,
+                });
+            }
+            if let Some(t) = f.text.filter(|t| !t.is_empty()) {
+                sink(Event::Text(t));
+            }
+            if let Some(r) = f.finish {
+                sink(Event::Stop(stop_from(&r)));
+            }
+            return Ok(());
+        }
+        self.template.forget();
         let c: Chunk<'a> = serde_json::from_slice(&ev.data)
             .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not a chat chunk"))?;
         if c.error.is_some() {
@@ -278,5 +364,78 @@ impl Encoder for StreamEncoder {
 
     fn error(&mut self, err: &GwError, out: &mut BytesMut) {
         out.extend_from_slice(&err.sse_event(Dialect::Chat, 0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::decode::fast::decode_frames;
+
+    fn decode(frames: &[&str]) -> Vec<Result<Vec<String>, ()>> {
+        decode_frames(&mut StreamDecoder::default(), b"", frames)
+    }
+
+    const P: &str = r#"{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"#;
+    const Q: &str = r#"},"logprobs":null,"finish_reason":null}]}"#;
+
+    /// The fast path and its template of the last chunk read what serde reads, and leave to
+    /// serde (so refuse) what serde refuses.
+    #[test]
+    fn chunks_read_fast_as_serde_reads_them() {
+        let f = |v: &str| format!("{P}{v}{Q}");
+        let frames = [
+            f(r#""a""#),
+            f(r#""b\"c\u00e9""#),
+            f("\"raw\tcontrol\""),
+            f(r#""x","content":"y""#),
+            f("5"),
+            f(r#""""#),
+            f(
+                r#""a","tool_calls":[{"index":0,"id":"t","function":{"name":"n","arguments":"{}"}}]"#,
+            ),
+            f(r#""\q""#),
+            f("null"),
+            r#"{"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#.into(),
+            r#"{"id":"c1","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4}}"#.into(),
+            r#"{"id":"c1","choices":[],"id":"c2"}"#.into(),
+            r#"{"error":{"message":"m"}}"#.into(),
+            f(r#""back""#),
+        ];
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        let got = decode(&frames);
+        let text = |t: &str| Ok(vec![format!("Text({t:?})")]);
+        let start = r#"Start { id: "c1", input_tokens: None }"#.to_string();
+        assert_eq!(got[0], Ok(vec![start.clone(), r#"Text("a")"#.into()]));
+        assert_eq!(
+            &got[1..],
+            [
+                text("b\"cé"),
+                Err(()),
+                Err(()),
+                Err(()),
+                Ok(vec![]),
+                Ok(vec![
+                    r#"Text("a")"#.into(),
+                    r#"ToolStart { index: 0, id: "t", name: "n" }"#.into(),
+                    r#"ToolArgs { index: 0, delta: "{}" }"#.into()
+                ]),
+                Err(()),
+                Ok(vec![]),
+                Ok(vec!["Stop(MaxTokens)".into()]),
+                Ok(vec!["Usage { input: Some(3), output: Some(4) }".into()]),
+                Err(()),
+                Err(()),
+                text("back"),
+            ]
+        );
+        // Each frame alone (no template) reads the same, but for the stream's start.
+        for (frame, want) in frames.iter().zip(&got).skip(1) {
+            let mut alone = decode(&[frame]).remove(0);
+            if let Ok(events) = &mut alone {
+                assert_eq!(events.remove(0), start, "{frame}");
+            }
+            assert_eq!(&alone, want, "{frame}");
+        }
     }
 }

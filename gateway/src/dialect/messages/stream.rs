@@ -5,15 +5,15 @@ use std::borrow::Cow;
 
 use bytes::BytesMut;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{msg_id, stop_from, stop_to};
+use crate::dialect::decode::fast::{member, offset, opt_str, str_lit, u64_of, Template};
 use crate::dialect::decode::upstream_stream_error;
-use crate::dialect::encode::new_id;
+use crate::dialect::encode::{new_id, serde_str};
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
-use crate::json::{write_str, write_u64};
+use crate::json::{scan_object, write_str, write_u64};
 use crate::sse::{write_event, SseEvent};
 
 #[derive(Deserialize)]
@@ -95,9 +95,77 @@ struct SmallDelta<'a> {
     partial_json: Option<Cow<'a, str>>,
 }
 
+/// The kind of a `content_block_delta` the fast path reads.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+enum Delta {
+    #[default]
+    Text,
+    Args,
+    Other,
+}
+
+/// A `content_block_delta` read without a serde parse: (index, kind, its `text` or
+/// `partial_json`). `None` for a frame it leaves to the serde parse (not JSON, or a member of a
+/// type it does not expect), which then reads it as it read every frame before.
+#[allow(clippy::type_complexity)]
+fn fast_delta(data: &[u8]) -> Option<(u64, Delta, Option<Cow<'_, str>>, Option<(usize, usize)>)> {
+    let [index, delta] = scan_object(data, ["index", "delta"]).ok()?;
+    let index = match member(data, index) {
+        None => 0,
+        Some(i) => u64_of(i)?,
+    };
+    let d = member(data, delta)?;
+    if d.first() != Some(&b'{') {
+        return None;
+    }
+    let [kind, text_r, pj_r] = scan_object(d, ["type", "text", "partial_json"]).ok()?;
+    let kind = opt_str(member(d, kind))??;
+    let text = opt_str(member(d, text_r))?;
+    let partial_json = opt_str(member(d, pj_r))?;
+    let at = |v: &Option<Cow<str>>, r: Option<(usize, usize)>| {
+        let o = offset(data, d);
+        v.as_ref().and(r).map(|(s, e)| (o + s, o + e))
+    };
+    Some(match &*kind {
+        "text_delta" => {
+            let at = at(&text, text_r);
+            (index, Delta::Text, text, at)
+        }
+        "input_json_delta" => {
+            let at = at(&partial_json, pj_r);
+            (index, Delta::Args, partial_json, at)
+        }
+        _ => (index, Delta::Other, None, None),
+    })
+}
+
 /// Messages events → neutral events.
 #[derive(Default)]
-pub struct StreamDecoder {}
+pub struct StreamDecoder {
+    /// The last `content_block_delta` the fast path read, around its value (see [`Template`]),
+    /// with its index and kind.
+    template: Template,
+    index: u64,
+    kind: Delta,
+}
+
+impl StreamDecoder {
+    fn sink_delta<'a>(
+        &self,
+        index: u64,
+        kind: Delta,
+        value: Option<Cow<'a, str>>,
+        sink: &mut dyn FnMut(Event<'a>),
+    ) {
+        if let Some(v) = value {
+            match kind {
+                Delta::Text => sink(Event::Text(v)),
+                Delta::Args if !v.is_empty() => sink(Event::ToolArgs { index, delta: v }),
+                _ => {}
+            }
+        }
+    }
+}
 
 impl Decoder for StreamDecoder {
     fn event<'a>(
@@ -110,6 +178,22 @@ impl Decoder for StreamDecoder {
             // Most of a stream is deltas and pings: they get a parse that looks only for their
             // few fields (the general one below handles every event, named or not).
             b"content_block_delta" => {
+                if let Some(v) = self.template.matches(&ev.data).and_then(str_lit) {
+                    self.sink_delta(self.index, self.kind, Some(v), sink);
+                    return Ok(());
+                }
+                if let Some((index, kind, value, at)) = fast_delta(&ev.data) {
+                    match at {
+                        Some((s, e)) if kind != Delta::Other => {
+                            self.template.keep(&ev.data, s, e);
+                            (self.index, self.kind) = (index, kind);
+                        }
+                        _ => self.template.forget(),
+                    }
+                    self.sink_delta(index, kind, value, sink);
+                    return Ok(());
+                }
+                self.template.forget();
                 let d: BlockDelta<'a> = serde_json::from_slice(&ev.data).map_err(|_| {
                     GwError::bad_upstream("upstream sent a frame that is not a messages event")
                 })?;
@@ -250,28 +334,38 @@ impl StreamEncoder {
         }
     }
 
-    fn open(&mut self, kind: Open, block: Value, out: &mut BytesMut) -> u64 {
+    /// `content_block_start` of a new block (`{"text":"","type":"text"}` or a tool call's, written
+    /// by `block`), closing the open one; its index.
+    fn open(&mut self, kind: Open, out: &mut BytesMut, block: impl FnOnce(&mut BytesMut)) -> u64 {
         self.close(out);
         let i = self.next_index;
         self.next_index += 1;
         self.open = Some((kind, i));
-        let d = json!({"type": "content_block_start", "index": i, "content_block": block});
-        write_event(out, "content_block_start", d.to_string().as_bytes());
+        out.extend_from_slice(b"event: content_block_start\ndata: {\"content_block\":");
+        block(out);
+        out.extend_from_slice(b",\"index\":");
+        write_u64(out, i);
+        out.extend_from_slice(b",\"type\":\"content_block_start\"}\n\n");
         i
     }
 
+    /// `message_start` and a `ping`, written as serde_json wrote the `Value` they were (members
+    /// sorted by name).
     fn start(&mut self, id: &str, out: &mut BytesMut) {
         self.started = true;
-        let d = json!({
-            "type": "message_start",
-            "message": {
-                "id": msg_id(id), "type": "message", "role": "assistant", "model": self.alias,
-                "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": self.usage.input, "output_tokens": 0},
-            }
-        });
-        write_event(out, "message_start", d.to_string().as_bytes());
-        write_event(out, "ping", br#"{"type":"ping"}"#);
+        out.extend_from_slice(b"event: message_start\ndata: {\"message\":{\"content\":[],\"id\":");
+        serde_str(out, &msg_id(id));
+        out.extend_from_slice(b",\"model\":");
+        serde_str(out, &self.alias);
+        out.extend_from_slice(
+            b",\"role\":\"assistant\",\"stop_reason\":null,\"stop_sequence\":null,\
+              \"type\":\"message\",\"usage\":{\"input_tokens\":",
+        );
+        write_u64(out, self.usage.input);
+        out.extend_from_slice(
+            b",\"output_tokens\":0}},\"type\":\"message_start\"}\n\n\
+              event: ping\ndata: {\"type\":\"ping\"}\n\n",
+        );
     }
 
     /// The frequent event, written without building a DOM.
@@ -303,7 +397,9 @@ impl Encoder for StreamEncoder {
                 }
                 let i = match self.open {
                     Some((Open::Text, i)) => i,
-                    _ => self.open(Open::Text, json!({"type": "text", "text": ""}), out),
+                    _ => self.open(Open::Text, out, |out| {
+                        out.extend_from_slice(b"{\"text\":\"\",\"type\":\"text\"}")
+                    }),
                 };
                 Self::delta(out, i, "text_delta", "text", &t);
             }
@@ -311,11 +407,13 @@ impl Encoder for StreamEncoder {
                 if !self.started {
                     self.start(&new_id("msg_"), out);
                 }
-                self.open(
-                    Open::Tool(index),
-                    json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
-                    out,
-                );
+                self.open(Open::Tool(index), out, |out| {
+                    out.extend_from_slice(b"{\"id\":");
+                    serde_str(out, &id);
+                    out.extend_from_slice(b",\"input\":{},\"name\":");
+                    serde_str(out, &name);
+                    out.extend_from_slice(b",\"type\":\"tool_use\"}");
+                });
             }
             Event::ToolArgs { index, delta } => {
                 let i = match self.open {
@@ -334,12 +432,19 @@ impl Encoder for StreamEncoder {
                     self.start(&new_id("msg_"), out);
                 }
                 self.close(out);
-                let d = json!({
-                    "type": "message_delta",
-                    "delta": {"stop_reason": stop_to(self.stop.unwrap_or(StopReason::End)), "stop_sequence": null},
-                    "usage": {"input_tokens": self.usage.input, "output_tokens": self.usage.output},
-                });
-                write_event(out, "message_delta", d.to_string().as_bytes());
+                let stop = stop_to(self.stop.unwrap_or(StopReason::End));
+                out.extend_from_slice(
+                    b"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"",
+                );
+                out.extend_from_slice(stop.as_bytes());
+                out.extend_from_slice(
+                    b"\",\"stop_sequence\":null},\"type\":\"message_delta\",\
+                      \"usage\":{\"input_tokens\":",
+                );
+                write_u64(out, self.usage.input);
+                out.extend_from_slice(b",\"output_tokens\":");
+                write_u64(out, self.usage.output);
+                out.extend_from_slice(b"}}\n\n");
                 write_event(out, "message_stop", br#"{"type":"message_stop"}"#);
             }
         }
@@ -347,5 +452,72 @@ impl Encoder for StreamEncoder {
 
     fn error(&mut self, err: &GwError, out: &mut BytesMut) {
         out.extend_from_slice(&err.sse_event(Dialect::Messages, 0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::decode::fast::decode_frames;
+
+    fn decode(frames: &[&str]) -> Vec<Result<Vec<String>, ()>> {
+        decode_frames(
+            &mut StreamDecoder::default(),
+            b"content_block_delta",
+            frames,
+        )
+    }
+
+    const T: &str =
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"#;
+    const A: &str = r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"#;
+
+    /// The fast path and its template of the last delta read what serde reads, and leave to
+    /// serde (so refuse) what serde refuses.
+    #[test]
+    fn deltas_read_fast_as_serde_reads_them() {
+        let f = |v: &str| format!("{T}{v}}}}}");
+        let a = |v: &str| format!("{A}{v}}}}}");
+        let frames = [
+            f(r#""a""#),
+            f(r#""b\"c\u00e9""#),
+            f("\"raw\ncontrol\""),
+            f(r#""x","text":"y""#),
+            f("5"),
+            f(r#""a" , "other":[1,{"b":null}]"#),
+            f(r#""\q""#),
+            f(r#""\ud800""#),
+            f("null"),
+            a(r#""{\"k\":""#),
+            a(r#""""#),
+            a(r#""1}""#),
+            f(r#""back""#),
+        ];
+        let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
+        let got = decode(&frames);
+        let text = |t: &str| Ok(vec![format!("Text({t:?})")]);
+        let args = |t: &str| Ok(vec![format!("ToolArgs {{ index: 2, delta: {t:?} }}")]);
+        assert_eq!(
+            got,
+            [
+                text("a"),
+                text("b\"cé"),
+                Err(()),
+                Err(()),
+                Err(()),
+                text("a"),
+                Err(()),
+                Err(()),
+                Ok(vec![]),
+                args("{\"k\":"),
+                Ok(vec![]),
+                args("1}"),
+                text("back"),
+            ]
+        );
+        // Each frame alone (no template) reads the same.
+        for (frame, want) in frames.iter().zip(&got) {
+            assert_eq!(&decode(&[frame])[0], want, "{frame}");
+        }
     }
 }

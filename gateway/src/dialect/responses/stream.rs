@@ -2,15 +2,13 @@
 //! `sequence_number`.
 
 use bytes::BytesMut;
-use serde_json::{json, Value};
 
-use super::{call_item, message_item, resp_id, response_object, status_of, usage_json};
-use crate::dialect::encode::{new_id, now_secs};
+use super::{resp_id, split_name};
+use crate::dialect::encode::{new_id, now_secs, serde_str as put_str};
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
 use crate::json::{write_str, write_u64};
-use crate::sse::write_event;
 
 enum Item {
     Text {
@@ -26,18 +24,98 @@ enum Item {
 }
 
 /// Neutral events → Responses events, with a monotonic `sequence_number`.
+///
+/// The events other than the deltas are written directly, as serde_json writes the
+/// `serde_json::Value` the complete answer builds (members sorted by name, strings escaped as
+/// serde escapes them: [`put_str`]), so that a stream's opening and closing events cost no DOM.
 pub struct StreamEncoder {
     alias: String,
     id: String,
     created: u64,
     seq: u64,
-    items: Vec<Value>,
+    /// The finished output items, as JSON, comma separated.
+    items: BytesMut,
+    /// How many items `items` holds.
+    n_items: usize,
     open: Option<Item>,
     usage: Usage,
     stop: Option<StopReason>,
     started: bool,
     /// Namespaces whose tools the request flattened (their calls go back under them).
     namespaces: Vec<String>,
+    /// The open item's delta head (empty until its first delta).
+    delta_head: DeltaHead,
+}
+
+/// `event: NAME\ndata: {`
+fn head(out: &mut BytesMut, name: &str) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: {");
+}
+
+/// `event: NAME\ndata: {"content_index":0,"item_id":ID,"output_index":N`, the head of the
+/// events about a message's text part.
+fn part_head(out: &mut BytesMut, name: &str, item_id: &str, output_index: usize) {
+    head(out, name);
+    out.extend_from_slice(b"\"content_index\":0,\"item_id\":");
+    put_str(out, item_id);
+    out.extend_from_slice(b",\"output_index\":");
+    write_u64(out, output_index as u64);
+}
+
+/// `,"sequence_number":SEQ,"type":"NAME"}\n\n`, the last members of every event but one.
+fn tail(out: &mut BytesMut, seq: u64, name: &str) {
+    out.extend_from_slice(b",\"sequence_number\":");
+    write_u64(out, seq);
+    out.extend_from_slice(b",\"type\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\"}\n\n");
+}
+
+/// A `message` output item.
+fn message_item(out: &mut BytesMut, id: &str, status: &str, text: Option<&str>) {
+    out.extend_from_slice(b"{\"content\":[");
+    if let Some(t) = text {
+        out.extend_from_slice(b"{\"annotations\":[],\"text\":");
+        put_str(out, t);
+        out.extend_from_slice(b",\"type\":\"output_text\"}");
+    }
+    out.extend_from_slice(b"],\"id\":");
+    put_str(out, id);
+    out.extend_from_slice(b",\"role\":\"assistant\",\"status\":");
+    put_str(out, status);
+    out.extend_from_slice(b",\"type\":\"message\"}");
+}
+
+/// A `function_call` output item ([`super::call_item`] written directly).
+fn call_item(
+    out: &mut BytesMut,
+    id: &str,
+    call_id: &str,
+    name: &str,
+    arguments: &str,
+    status: &str,
+    namespaces: &[String],
+) {
+    out.extend_from_slice(b"{\"arguments\":");
+    put_str(out, arguments);
+    out.extend_from_slice(b",\"call_id\":");
+    put_str(out, call_id);
+    out.extend_from_slice(b",\"id\":");
+    put_str(out, id);
+    out.extend_from_slice(b",\"name\":");
+    match split_name(name, namespaces) {
+        Some((ns, name)) => {
+            put_str(out, name);
+            out.extend_from_slice(b",\"namespace\":");
+            put_str(out, ns);
+        }
+        None => put_str(out, name),
+    }
+    out.extend_from_slice(b",\"status\":");
+    put_str(out, status);
+    out.extend_from_slice(b",\"type\":\"function_call\"}");
 }
 
 impl StreamEncoder {
@@ -47,12 +125,14 @@ impl StreamEncoder {
             id: String::new(),
             created: now_secs(),
             seq: 0,
-            items: Vec::new(),
+            items: BytesMut::new(),
+            n_items: 0,
             open: None,
             usage: Usage::default(),
             stop: None,
             started: false,
             namespaces,
+            delta_head: DeltaHead::default(),
         }
     }
 
@@ -62,69 +142,136 @@ impl StreamEncoder {
         s
     }
 
-    fn emit(&mut self, out: &mut BytesMut, name: &str, mut data: Value) {
-        data["type"] = name.into();
-        data["sequence_number"] = self.next_seq().into();
-        write_event(out, name, data.to_string().as_bytes());
-    }
-
-    fn object(&self, status: &str, incomplete: Value, usage: Value) -> Value {
-        response_object(
-            &self.id,
-            self.created,
-            &self.alias,
-            status,
-            incomplete,
-            self.items.clone(),
-            usage,
-        )
+    /// An event whose data is `{"response":OBJECT,…}` ([`super::response_object`] written
+    /// directly); `usage` only on the last one.
+    fn response_event(&mut self, out: &mut BytesMut, name: &str, status: &str, end: bool) {
+        let seq = self.next_seq();
+        head(out, name);
+        out.extend_from_slice(b"\"response\":{\"created_at\":");
+        write_u64(out, self.created);
+        out.extend_from_slice(b",\"error\":null,\"id\":");
+        put_str(out, &self.id);
+        out.extend_from_slice(b",\"incomplete_details\":");
+        match self.stop {
+            Some(StopReason::MaxTokens) if end => {
+                out.extend_from_slice(b"{\"reason\":\"max_output_tokens\"}")
+            }
+            Some(StopReason::ContentFilter) if end => {
+                out.extend_from_slice(b"{\"reason\":\"content_filter\"}")
+            }
+            _ => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(
+            b",\"instructions\":null,\"max_output_tokens\":null,\"metadata\":{},\"model\":",
+        );
+        put_str(out, &self.alias);
+        out.extend_from_slice(b",\"object\":\"response\",\"output\":[");
+        out.extend_from_slice(&self.items);
+        out.extend_from_slice(
+            b"],\"parallel_tool_calls\":true,\"previous_response_id\":null,\
+              \"reasoning\":{\"effort\":null,\"summary\":null},\"status\":",
+        );
+        put_str(out, status);
+        out.extend_from_slice(
+            b",\"store\":false,\"temperature\":null,\"text\":{\"format\":{\"type\":\"text\"}},\
+              \"tool_choice\":\"auto\",\"tools\":[],\"top_p\":null,\"truncation\":\"disabled\",\
+              \"usage\":",
+        );
+        if end {
+            let u = self.usage;
+            out.extend_from_slice(b"{\"input_tokens\":");
+            write_u64(out, u.input);
+            out.extend_from_slice(
+                b",\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":",
+            );
+            write_u64(out, u.output);
+            out.extend_from_slice(
+                b",\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":",
+            );
+            write_u64(out, u.input + u.output);
+            out.extend_from_slice(b"}");
+        } else {
+            out.extend_from_slice(b"null");
+        }
+        out.extend_from_slice(b"}");
+        tail(out, seq, name);
     }
 
     fn start(&mut self, id: &str, out: &mut BytesMut) {
         self.started = true;
         self.id = resp_id(id);
-        let obj = self.object("in_progress", Value::Null, Value::Null);
-        self.emit(out, "response.created", json!({ "response": obj }));
-        self.emit(out, "response.in_progress", json!({ "response": obj }));
+        self.response_event(out, "response.created", "in_progress", false);
+        self.response_event(out, "response.in_progress", "in_progress", false);
+    }
+
+    /// `response.output_item.done` of the item just written at the end of `self.items`
+    /// (from `from` on), at `output_index`.
+    fn item_done(&mut self, out: &mut BytesMut, from: usize, output_index: usize) {
+        let name = "response.output_item.done";
+        let seq = self.next_seq();
+        head(out, name);
+        out.extend_from_slice(b"\"item\":");
+        out.extend_from_slice(&self.items[from..]);
+        out.extend_from_slice(b",\"output_index\":");
+        write_u64(out, output_index as u64);
+        tail(out, seq, name);
+        self.n_items += 1;
+    }
+
+    /// Where the next item goes in `self.items`, its comma written.
+    fn item_start(&mut self) -> usize {
+        if self.n_items > 0 {
+            self.items.extend_from_slice(b",");
+        }
+        self.items.len()
     }
 
     fn close(&mut self, out: &mut BytesMut) {
-        let output_index = self.items.len();
+        self.delta_head.0.clear();
+        let output_index = self.n_items;
         match self.open.take() {
             None => {}
             Some(Item::Text { id, text }) => {
-                let part = json!({"type": "output_text", "text": text, "annotations": []});
-                self.emit(
-                    out,
-                    "response.output_text.done",
-                    json!({"item_id": id, "output_index": output_index, "content_index": 0, "text": text}),
-                );
-                self.emit(
-                    out,
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": output_index, "content_index": 0, "part": part}),
-                );
-                let item = message_item(&id, "completed", &text);
-                self.emit(
-                    out,
-                    "response.output_item.done",
-                    json!({"output_index": output_index, "item": item}),
-                );
-                self.items.push(item);
+                let seq = self.next_seq();
+                part_head(out, "response.output_text.done", &id, output_index);
+                out.extend_from_slice(b",\"sequence_number\":");
+                write_u64(out, seq);
+                out.extend_from_slice(b",\"text\":");
+                put_str(out, &text);
+                out.extend_from_slice(b",\"type\":\"response.output_text.done\"}\n\n");
+
+                let name = "response.content_part.done";
+                let seq = self.next_seq();
+                part_head(out, name, &id, output_index);
+                out.extend_from_slice(b",\"part\":{\"annotations\":[],\"text\":");
+                put_str(out, &text);
+                out.extend_from_slice(b",\"type\":\"output_text\"}");
+                tail(out, seq, name);
+
+                let from = self.item_start();
+                message_item(&mut self.items, &id, "completed", Some(&text));
+                self.item_done(out, from, output_index);
             }
             Some(Item::Call {
                 id,
                 call_id,
                 name,
                 arguments,
-                ..
             }) => {
-                self.emit(
-                    out,
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": output_index, "arguments": arguments}),
-                );
-                let item = call_item(
+                let ev = "response.function_call_arguments.done";
+                let seq = self.next_seq();
+                head(out, ev);
+                out.extend_from_slice(b"\"arguments\":");
+                put_str(out, &arguments);
+                out.extend_from_slice(b",\"item_id\":");
+                put_str(out, &id);
+                out.extend_from_slice(b",\"output_index\":");
+                write_u64(out, output_index as u64);
+                tail(out, seq, ev);
+
+                let from = self.item_start();
+                call_item(
+                    &mut self.items,
                     &id,
                     &call_id,
                     &name,
@@ -132,47 +279,50 @@ impl StreamEncoder {
                     "completed",
                     &self.namespaces,
                 );
-                self.emit(
-                    out,
-                    "response.output_item.done",
-                    json!({"output_index": output_index, "item": item}),
-                );
-                self.items.push(item);
+                self.item_done(out, from, output_index);
             }
         }
     }
 }
 
-/// A delta event, the frequent one, written without building a DOM. Text deltas (`text`) also
-/// carry their content index and (empty) logprobs; function-call argument deltas do not.
-fn delta_frame(
-    out: &mut BytesMut,
-    event: &str,
-    item_id: &str,
-    output_index: usize,
-    text: bool,
-    delta: &str,
-    seq: u64,
-) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(event.as_bytes());
-    out.extend_from_slice(b"\ndata: {\"type\":\"");
-    out.extend_from_slice(event.as_bytes());
-    out.extend_from_slice(b"\",\"item_id\":");
-    write_str(out, item_id);
-    out.extend_from_slice(b",\"output_index\":");
-    write_u64(out, output_index as u64);
-    if text {
-        out.extend_from_slice(b",\"content_index\":0");
+/// The part of a delta event before its delta, the same for every delta of an item: rendered
+/// once when the item opens ([`DeltaHead::render`]), copied per delta. Text deltas (`text`) also
+/// carry their content index (here) and (empty) logprobs (after the delta); function-call argument
+/// deltas do not.
+#[derive(Default)]
+struct DeltaHead(Vec<u8>);
+
+impl DeltaHead {
+    fn render(&mut self, event: &str, item_id: &str, output_index: usize, text: bool) {
+        let mut h = BytesMut::with_capacity(160);
+        h.extend_from_slice(b"event: ");
+        h.extend_from_slice(event.as_bytes());
+        h.extend_from_slice(b"\ndata: {\"type\":\"");
+        h.extend_from_slice(event.as_bytes());
+        h.extend_from_slice(b"\",\"item_id\":");
+        write_str(&mut h, item_id);
+        h.extend_from_slice(b",\"output_index\":");
+        write_u64(&mut h, output_index as u64);
+        if text {
+            h.extend_from_slice(b",\"content_index\":0");
+        }
+        h.extend_from_slice(b",\"delta\":");
+        self.0.clear();
+        self.0.extend_from_slice(&h);
     }
-    out.extend_from_slice(b",\"delta\":");
-    write_str(out, delta);
-    if text {
-        out.extend_from_slice(b",\"logprobs\":[]");
+
+    /// A delta event, the frequent one: the head, the delta, the rest.
+    fn frame(&self, out: &mut BytesMut, text: bool, delta: &str, seq: u64) {
+        out.extend_from_slice(&self.0);
+        write_str(out, delta);
+        if text {
+            out.extend_from_slice(b",\"logprobs\":[],\"sequence_number\":");
+        } else {
+            out.extend_from_slice(b",\"sequence_number\":");
+        }
+        write_u64(out, seq);
+        out.extend_from_slice(b"}\n\n");
     }
-    out.extend_from_slice(b",\"sequence_number\":");
-    write_u64(out, seq);
-    out.extend_from_slice(b"}\n\n");
 }
 
 impl Encoder for StreamEncoder {
@@ -183,55 +333,62 @@ impl Encoder for StreamEncoder {
                 self.start(&id, out);
             }
             Event::Text(t) => {
-                let output_index = self.items.len();
                 if !matches!(self.open, Some(Item::Text { .. })) {
                     self.close(out);
-                    let output_index = self.items.len();
+                    let output_index = self.n_items as u64;
                     let id = new_id("msg_");
-                    self.emit(
-                        out,
-                        "response.output_item.added",
-                        json!({"output_index": output_index, "item": {
-                            "id": id, "type": "message", "status": "in_progress",
-                            "role": "assistant", "content": []}}),
+                    let name = "response.output_item.added";
+                    let seq = self.next_seq();
+                    head(out, name);
+                    out.extend_from_slice(b"\"item\":");
+                    message_item(out, &id, "in_progress", None);
+                    out.extend_from_slice(b",\"output_index\":");
+                    write_u64(out, output_index);
+                    tail(out, seq, name);
+                    let name = "response.content_part.added";
+                    let seq = self.next_seq();
+                    part_head(out, name, &id, output_index as usize);
+                    out.extend_from_slice(
+                        b",\"part\":{\"annotations\":[],\"text\":\"\",\"type\":\"output_text\"}",
                     );
-                    self.emit(
-                        out,
-                        "response.content_part.added",
-                        json!({"item_id": id, "output_index": output_index, "content_index": 0,
-                            "part": {"type": "output_text", "text": "", "annotations": []}}),
-                    );
+                    tail(out, seq, name);
                     self.open = Some(Item::Text {
                         id,
                         text: String::new(),
                     });
                 }
-                let output_index = output_index.max(self.items.len());
+                let output_index = self.n_items;
                 let seq = self.next_seq();
                 let Some(Item::Text { id, text }) = &mut self.open else {
                     unreachable!("a text item was just opened")
                 };
                 text.push_str(&t);
-                delta_frame(
-                    out,
-                    "response.output_text.delta",
-                    id,
-                    output_index,
-                    true,
-                    &t,
-                    seq,
-                );
+                if self.delta_head.0.is_empty() {
+                    let event = "response.output_text.delta";
+                    self.delta_head.render(event, id, output_index, true);
+                }
+                self.delta_head.frame(out, true, &t, seq);
             }
             Event::ToolStart { index: _, id, name } => {
                 self.close(out);
-                let output_index = self.items.len();
+                let output_index = self.n_items;
                 let item_id = new_id("fc_");
-                self.emit(
+                let ev = "response.output_item.added";
+                let seq = self.next_seq();
+                head(out, ev);
+                out.extend_from_slice(b"\"item\":");
+                call_item(
                     out,
-                    "response.output_item.added",
-                    json!({"output_index": output_index,
-                        "item": call_item(&item_id, &id, &name, "", "in_progress", &self.namespaces)}),
+                    &item_id,
+                    &id,
+                    &name,
+                    "",
+                    "in_progress",
+                    &self.namespaces,
                 );
+                out.extend_from_slice(b",\"output_index\":");
+                write_u64(out, output_index as u64);
+                tail(out, seq, ev);
                 self.open = Some(Item::Call {
                     id: item_id,
                     call_id: id.into_owned(),
@@ -240,7 +397,7 @@ impl Encoder for StreamEncoder {
                 });
             }
             Event::ToolArgs { index: _, delta } => {
-                let output_index = self.items.len();
+                let output_index = self.n_items;
                 // Arguments always belong to the open call: upstreams that interleave parallel
                 // calls are not representable in this event order.
                 if !matches!(self.open, Some(Item::Call { .. })) {
@@ -252,7 +409,10 @@ impl Encoder for StreamEncoder {
                 };
                 arguments.push_str(&delta);
                 let event = "response.function_call_arguments.delta";
-                delta_frame(out, event, id, output_index, false, &delta, seq);
+                if self.delta_head.0.is_empty() {
+                    self.delta_head.render(event, id, output_index, false);
+                }
+                self.delta_head.frame(out, false, &delta, seq);
             }
             Event::Stop(s) => self.stop = Some(s),
             Event::Usage { input, output } => self.usage.update(input, output),
@@ -261,14 +421,13 @@ impl Encoder for StreamEncoder {
                     self.start(&new_id("resp_"), out);
                 }
                 self.close(out);
-                let (status, incomplete) = status_of(self.stop.unwrap_or(StopReason::End));
-                let obj = self.object(status, incomplete, usage_json(self.usage));
-                let name = if status == "completed" {
-                    "response.completed"
-                } else {
-                    "response.incomplete"
+                let (name, status) = match self.stop {
+                    Some(StopReason::MaxTokens | StopReason::ContentFilter) => {
+                        ("response.incomplete", "incomplete")
+                    }
+                    _ => ("response.completed", "completed"),
                 };
-                self.emit(out, name, json!({ "response": obj }));
+                self.response_event(out, name, status, true);
             }
         }
     }
