@@ -127,12 +127,12 @@ rec {
   # The freshness check of a pinned profile of `kind` (`profile`: the stage that verified it);
   # none for a profile trained in this build, which is fresh by construction.
   trainingCheck =
-    { name, kind, gateway, profile, minOverlap }:
+    { name, kind, gateway, profile, minOverlap, after ? [ ] }:
     if pinned.${kind} == null then
       null
     else
       stages.training-check {
-        inherit name kind gateway minOverlap trainer shapes refreshCommand;
+        inherit name kind gateway minOverlap trainer shapes refreshCommand after;
         pinned = profile;
       };
 
@@ -176,6 +176,8 @@ rec {
     gateway = runnable "gateway-bolt-instrumented" gateway-bolt-instrumented;
     profile = gateway-bolt-profile;
     minOverlap = boltMinOverlap;
+    # Not beside the LLVM training: a training's counts move with the load beside it.
+    after = builtins.filter (c: c != null) [ gateway-training ];
   };
 
   gateway-pgo-bolt = stages.bolt-optimize {

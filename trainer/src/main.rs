@@ -69,8 +69,20 @@ enum Command {
     Profile(pinned::ProfileArgs),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+/// Exit status 1 on an error, 3 on a stale freshness verdict of a training that ran beside other
+/// work (`pinned::BusyTraining`: the training check trains again).
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::from(if e.is::<pinned::BusyTraining>() { 3 } else { 1 })
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Mock(args) => mock::run(args),
         Command::Train(args) => train::run(args),
         Command::Proof(args) => proof::run(args),

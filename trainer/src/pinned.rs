@@ -726,12 +726,17 @@ fn check(a: &CheckArgs) -> Result<()> {
         ));
     }
     if !stale.is_empty() {
-        bail!(
-            "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit profiles/{}",
+        let message = format!(
+            "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit profiles/",
             stale.join("; "),
             a.refresh_command,
-            busy_note(a.training.as_deref())
         );
+        match busy_share(a.training.as_deref()) {
+            Some(o) if o > DEFAULT_MAX_OTHER_CPU_PCT => bail!(BusyTraining(format!(
+                "{message} (but this training ran while other work used {o:.1}% of the machine's CPU, more than the {DEFAULT_MAX_OTHER_CPU_PCT}% a refresh allows: a busy machine moves the counts by itself, so train again on a quiet one before refreshing)"
+            ))),
+            _ => bail!(message),
+        }
     }
     let verdict = json!({
         "schema": 1,
@@ -746,18 +751,26 @@ fn check(a: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
-/// A stale verdict's note on a training that ran beside other work: its counts may have moved
-/// with the load, not with the code, so it is worth training again on a quiet machine first.
-fn busy_note(training: Option<&Path>) -> String {
-    let other = training
-        .and_then(|t| read_json(t, "training manifest").ok())
-        .and_then(|m| m["machine"]["other_cpu_pct"].as_f64());
-    match other {
-        Some(o) if o > DEFAULT_MAX_OTHER_CPU_PCT => format!(
-            " (but this training ran while other work used {o:.1}% of the machine's CPU, more than the {DEFAULT_MAX_OTHER_CPU_PCT}% a refresh allows: a busy machine moves the counts by itself, so train again on a quiet one before refreshing)"
-        ),
-        _ => String::new(),
+/// A stale verdict of a training that ran beside other work: its counts may have moved with the
+/// load, not with the code, so the training check trains again once the machine is quieter
+/// (nix/stages/training-check.nix) instead of failing; `trainer` exits with status 3 for it.
+#[derive(Debug)]
+pub struct BusyTraining(pub String);
+
+impl std::fmt::Display for BusyTraining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
+}
+
+impl std::error::Error for BusyTraining {}
+
+/// The share of the machine's CPU other work used while the training of `training` (its
+/// manifest) ran.
+fn busy_share(training: Option<&Path>) -> Option<f64> {
+    training
+        .and_then(|t| read_json(t, "training manifest").ok())
+        .and_then(|m| m["machine"]["other_cpu_pct"].as_f64())
 }
 
 /// The function-coverage report of a fresh LLVM profile (`trainer profile-coverage`, written by
@@ -1108,6 +1121,8 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("other work"), "{e}");
+        let quiet = run(&PROFILE.replace("\n30\n10\n", "\n1\n90\n"), 95.0).unwrap_err();
+        assert!(!quiet.is::<BusyTraining>(), "{quiet}");
         // A stale verdict of a training beside other work says so.
         write_json(
             &dir.join("training.json"),
@@ -1121,6 +1136,8 @@ mod tests {
             e.contains("is stale") && e.contains("other work used 35.0%"),
             "{e}"
         );
+        let busy = run(&PROFILE.replace("\n30\n10\n", "\n1\n90\n"), 95.0).unwrap_err();
+        assert!(busy.is::<BusyTraining>(), "{busy}");
         let e = run(&PROFILE.replace("Hash:\n1\n", "Hash:\n2\n"), 0.0)
             .unwrap_err()
             .to_string();
