@@ -30,14 +30,6 @@ toolchain.runStage {
   inherit name;
   script = ''
     # Runs after: ${toString after}
-    # The machine's busy share (user, nice, system, steal) over 5 s, in percent.
-    busy_share() {
-      local a b
-      a=($(awk '/^cpu /{print $2+$3+$4+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat))
-      sleep 5
-      b=($(awk '/^cpu /{print $2+$3+$4+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat))
-      echo $(( (b[0] - a[0]) * 100 / (b[1] - a[1] + 1) ))
-    }
     mkdir -p "$out"
     attempt=1
     while :; do
@@ -54,11 +46,12 @@ toolchain.runStage {
         || rc=$?
       [ "$rc" -eq 0 ] && break
       # Stale, but the training ran beside other work (exit status 3): its counts may have moved
-      # with the load, so it trains again once the machine is quieter (up to 10 minutes' wait),
-      # up to three times in all; a stale verdict of a quiet training fails.
+      # with the load, so it trains again once the machine is quiet (the threshold the pin uses;
+      # up to 10 minutes' wait), up to three times in all; a stale verdict of a quiet training
+      # fails.
       if [ "$rc" -eq 3 ] && [ "$attempt" -lt 3 ]; then
         attempt=$((attempt + 1))
-        for _ in $(seq 120); do [ "$(busy_share)" -lt 10 ] && break; done
+        ${trainer}/bin/trainer wait-quiet --timeout-s 600
         echo "stage $stage: training again, attempt $attempt of 3"
         rm -rf "$training" "$fresh" "$TMPDIR/profiles"
         continue

@@ -8,10 +8,17 @@
 //! and `trainer profile pin` refuses a profile trained beside other work: a profile pinned from
 //! a busy machine fails the freshness check of the next quiet one.
 
+use anyhow::Result;
 use serde::Serialize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::procfs::{self, CpuTimes};
+
+/// The most CPU time, in percent of the machine, that other work may take while a training runs
+/// for its profile to be pinned (`trainer profile pin`), or for a stale freshness verdict to be
+/// final (`trainer profile check`); `wait-quiet` waits for it. A quiet machine measures under 2%
+/// (profiles/README.md); a build beside the training takes 30% and more.
+pub const QUIET_MAX_OTHER_CPU_PCT: f64 = 10.0;
 
 /// What a training measured of the machine it ran on (the training manifest's `machine`).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq)]
@@ -78,6 +85,63 @@ fn shares(cpus: usize, seconds: f64, machine: f64, own: f64) -> MachineLoad {
     }
 }
 
+/// `trainer wait-quiet`: before a training is run again because the last one ran beside other
+/// work (the training checks of nix/stages/training-check.nix), wait until the machine is quiet.
+#[derive(clap::Args)]
+pub struct WaitQuietArgs {
+    /// The busiest the machine may be, in percent of its CPU over one window, to count as quiet.
+    #[arg(long, default_value_t = QUIET_MAX_OTHER_CPU_PCT)]
+    pub max_busy_pct: f64,
+    /// Seconds over which one busy share is measured.
+    #[arg(long, default_value_t = 5)]
+    pub window_s: u64,
+    /// Seconds to wait at most; then it goes on (exit status 0) and says the machine stayed busy,
+    /// since the training that follows measures and records the load itself.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_s: u64,
+}
+
+pub fn wait_quiet_cli(a: WaitQuietArgs) -> Result<()> {
+    let started = Instant::now();
+    let window = Duration::from_secs(a.window_s.max(1));
+    loop {
+        let busy = busy_pct_over(window)?;
+        let waited = started.elapsed().as_secs();
+        if busy <= a.max_busy_pct {
+            eprintln!(
+                "machine quiet: {busy:.1}% busy over {}s, after {waited}s",
+                a.window_s
+            );
+            return Ok(());
+        }
+        if waited >= a.timeout_s {
+            eprintln!("machine still {busy:.1}% busy after {waited}s; going on");
+            return Ok(());
+        }
+    }
+}
+
+/// The whole machine's busy share over `window` (every process, this one included, which only
+/// sleeps), in percent; interrupt time is left out, as in [`Watch::finish`].
+fn busy_pct_over(window: Duration) -> Result<f64> {
+    let read = || read_machine().ok_or_else(|| anyhow::anyhow!("/proc/stat is not readable"));
+    let before = read()?;
+    std::thread::sleep(window);
+    let after = read()?;
+    Ok(busy_pct(before, after))
+}
+
+/// The busy share, in percent, between two readings of the machine's line.
+fn busy_pct(before: CpuTimes, after: CpuTimes) -> f64 {
+    let busy = (after.busy - after.irq).saturating_sub(before.busy - before.irq) as f64;
+    let total = after.total.saturating_sub(before.total) as f64;
+    if total > 0.0 {
+        (busy / total * 1000.0).round() / 10.0
+    } else {
+        0.0
+    }
+}
+
 fn read_machine() -> Option<CpuTimes> {
     procfs::parse_machine_line(&std::fs::read_to_string("/proc/stat").ok()?)
 }
@@ -108,6 +172,16 @@ mod tests {
         // The tree's precise time may exceed the machine's tick count: nothing else ran.
         assert_eq!(shares(2, 100.0, 100.0, 101.0).other_cpu_pct, 0.0);
         assert_eq!(shares(0, 0.0, 1.0, 0.0).other_cpu_pct, 0.0);
+    }
+
+    #[test]
+    fn busy_share_between_two_readings() {
+        let at = |busy, total, irq| CpuTimes { busy, total, irq };
+        // 200 ticks passed, 30 busy of which 10 interrupts: 10%.
+        assert_eq!(busy_pct(at(100, 1000, 5), at(130, 1200, 15)), 10.0);
+        assert_eq!(busy_pct(at(100, 1000, 5), at(100, 1000, 5)), 0.0);
+        // A short window on an idle machine measures under any sane threshold.
+        assert!(busy_pct_over(Duration::from_millis(50)).unwrap() <= 100.0);
     }
 
     #[test]

@@ -67,6 +67,8 @@ enum Command {
     IdleConnections(memory::IdleConnectionsArgs),
     /// Pinned profiles: manifest, verify, freshness check, compare.
     Profile(pinned::ProfileArgs),
+    /// Wait until the machine is quiet (its busy share under the pin's threshold), up to a limit.
+    WaitQuiet(machine_load::WaitQuietArgs),
 }
 
 /// Exit status 1 on an error, 3 on a stale freshness verdict of a training that ran beside other
@@ -99,5 +101,6 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::StreamMemory(args) => memory::stream_memory(args),
         Command::IdleConnections(args) => memory::idle_connections(args),
         Command::Profile(args) => pinned::run(args),
+        Command::WaitQuiet(args) => machine_load::wait_quiet_cli(args),
     }
 }

@@ -195,9 +195,8 @@ pub struct PinArgs {
     pub max_other_cpu_pct: f64,
 }
 
-/// Pin's default `--max-other-cpu-pct`: a quiet machine measures under 2% (docs in
-/// profiles/README.md); a build beside the training takes 30% and more.
-pub const DEFAULT_MAX_OTHER_CPU_PCT: f64 = 10.0;
+/// Pin's default `--max-other-cpu-pct`, the threshold of a quiet machine.
+pub const DEFAULT_MAX_OTHER_CPU_PCT: f64 = crate::machine_load::QUIET_MAX_OTHER_CPU_PCT;
 
 pub fn run(args: ProfileArgs) -> Result<()> {
     match args.command {

@@ -369,7 +369,10 @@ mod tests {
         assert!(tx.poll_ready(&mut cx).is_ready());
         tx.try_send_data(Bytes::from_static(b"a")).unwrap();
         assert!(rx.poll_next(&mut cx).is_ready());
+        // The receiver found the chunk at its first poll, so it registered no waker, and the
+        // send before that poll had nobody to wake.
         let receiver_wakes = wakes();
+        assert_eq!(receiver_wakes, 0, "a send before the receiver's first poll woke nobody");
 
         // Room for a second chunk before the first is taken; with both slots full the sender
         // waits, and the take wakes it, once. The chunks come out in order. The receiver, whose
