@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use bytes::BytesMut;
 
 use swar::{has_byte, special_bytes};
-pub use write::{digits_into, write_str, write_u64};
+pub use write::{digits_into, write_str, write_str_body, write_u64};
 
 /// The deepest nesting accepted: serde_json's recursion limit, which the translated routes hit
 /// when they parse a body.

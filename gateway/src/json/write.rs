@@ -8,9 +8,16 @@ use super::swar::special_bytes;
 /// Appends `s` as a JSON string literal. Stream encoders write their frames with this and a few
 /// constant pieces instead of building a `serde_json::Value` per frame.
 pub fn write_str(out: &mut impl BufMut, s: &str) {
+    out.put_slice(b"\"");
+    write_str_body(out, s);
+    out.put_slice(b"\"");
+}
+
+/// Appends `s` escaped as [`write_str`] escapes it, without the quotes: for a frame whose
+/// constant pieces around the string carry them.
+pub fn write_str_body(out: &mut impl BufMut, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let b = s.as_bytes();
-    out.put_slice(b"\"");
     // The part before the first byte to escape (usually all of it), found eight bytes at a time.
     let mut start = 0;
     while let Some(w) = b.get(start..start + 8) {
@@ -54,7 +61,6 @@ pub fn write_str(out: &mut impl BufMut, s: &str) {
         start = i + 1;
     }
     out.put_slice(&b[start..]);
-    out.put_slice(b"\"");
 }
 
 /// Appends a decimal integer (no `fmt` machinery: hot paths write several per request).

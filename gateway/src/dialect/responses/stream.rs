@@ -8,19 +8,45 @@ use crate::dialect::encode::{new_id, now_secs, serde_str as put_str};
 use crate::dialect::error::GwError;
 use crate::dialect::neutral::{Encoder, Event, StopReason, Usage};
 use crate::dialect::Dialect;
-use crate::json::{write_str, write_u64};
+use crate::json::{write_str, write_str_body, write_u64};
 
+/// The open output item. Its text (or arguments) so far is kept as the inside of a JSON string
+/// literal, escaped as [`put_str`] escapes it: the deltas' escapes, copied from the frames they
+/// were written into, so that the closing events copy it instead of escaping it again.
 enum Item {
     Text {
         id: String,
-        text: String,
+        text: Vec<u8>,
     },
     Call {
         id: String,
         call_id: String,
         name: String,
-        arguments: String,
+        arguments: Vec<u8>,
     },
+}
+
+/// What the open item's text starts with room for: most answers' text, without growing.
+const TEXT_ROOM: usize = 256;
+
+/// Appends to `acc` the delta `raw`, whose escapes as [`write_str_body`] writes them are
+/// `escaped`: the same bytes as [`put_str`] would write, but for backspace and form feed, which
+/// [`put_str`] escapes as serde does (`\b`, `\f`); a delta with either is escaped again that way.
+fn keep_escaped(acc: &mut Vec<u8>, escaped: &[u8], raw: &str) {
+    if escaped.len() != raw.len() && raw.bytes().any(|b| b == 0x08 || b == 0x0c) {
+        let mut lit = BytesMut::new();
+        put_str(&mut lit, raw);
+        acc.extend_from_slice(&lit[1..lit.len() - 1]);
+    } else {
+        acc.extend_from_slice(escaped);
+    }
+}
+
+/// A JSON string literal whose inside, escaped, is `inner`.
+fn put_lit(out: &mut BytesMut, inner: &[u8]) {
+    out.extend_from_slice(b"\"");
+    out.extend_from_slice(inner);
+    out.extend_from_slice(b"\"");
 }
 
 /// Neutral events → Responses events, with a monotonic `sequence_number`.
@@ -74,11 +100,12 @@ fn tail(out: &mut BytesMut, seq: u64, name: &str) {
 }
 
 /// A `message` output item.
-fn message_item(out: &mut BytesMut, id: &str, status: &str, text: Option<&str>) {
+/// `text`, when there is one, is the inside of its string literal, escaped.
+fn message_item(out: &mut BytesMut, id: &str, status: &str, text: Option<&[u8]>) {
     out.extend_from_slice(b"{\"content\":[");
     if let Some(t) = text {
         out.extend_from_slice(b"{\"annotations\":[],\"text\":");
-        put_str(out, t);
+        put_lit(out, t);
         out.extend_from_slice(b",\"type\":\"output_text\"}");
     }
     out.extend_from_slice(b"],\"id\":");
@@ -88,18 +115,19 @@ fn message_item(out: &mut BytesMut, id: &str, status: &str, text: Option<&str>) 
     out.extend_from_slice(b",\"type\":\"message\"}");
 }
 
-/// A `function_call` output item ([`super::call_item`] written directly).
+/// A `function_call` output item ([`super::call_item`] written directly); `arguments` is the
+/// inside of their string literal, escaped.
 fn call_item(
     out: &mut BytesMut,
     id: &str,
     call_id: &str,
     name: &str,
-    arguments: &str,
+    arguments: &[u8],
     status: &str,
     namespaces: &[String],
 ) {
     out.extend_from_slice(b"{\"arguments\":");
-    put_str(out, arguments);
+    put_lit(out, arguments);
     out.extend_from_slice(b",\"call_id\":");
     put_str(out, call_id);
     out.extend_from_slice(b",\"id\":");
@@ -237,14 +265,14 @@ impl StreamEncoder {
                 out.extend_from_slice(b",\"sequence_number\":");
                 write_u64(out, seq);
                 out.extend_from_slice(b",\"text\":");
-                put_str(out, &text);
+                put_lit(out, &text);
                 out.extend_from_slice(b",\"type\":\"response.output_text.done\"}\n\n");
 
                 let name = "response.content_part.done";
                 let seq = self.next_seq();
                 part_head(out, name, &id, output_index);
                 out.extend_from_slice(b",\"part\":{\"annotations\":[],\"text\":");
-                put_str(out, &text);
+                put_lit(out, &text);
                 out.extend_from_slice(b",\"type\":\"output_text\"}");
                 tail(out, seq, name);
 
@@ -262,7 +290,7 @@ impl StreamEncoder {
                 let seq = self.next_seq();
                 head(out, ev);
                 out.extend_from_slice(b"\"arguments\":");
-                put_str(out, &arguments);
+                put_lit(out, &arguments);
                 out.extend_from_slice(b",\"item_id\":");
                 put_str(out, &id);
                 out.extend_from_slice(b",\"output_index\":");
@@ -294,31 +322,33 @@ struct DeltaHead(Vec<u8>);
 
 impl DeltaHead {
     fn render(&mut self, event: &str, item_id: &str, output_index: usize, text: bool) {
-        let mut h = BytesMut::with_capacity(160);
+        let h = &mut self.0;
+        h.clear();
         h.extend_from_slice(b"event: ");
         h.extend_from_slice(event.as_bytes());
         h.extend_from_slice(b"\ndata: {\"type\":\"");
         h.extend_from_slice(event.as_bytes());
         h.extend_from_slice(b"\",\"item_id\":");
-        write_str(&mut h, item_id);
+        write_str(h, item_id);
         h.extend_from_slice(b",\"output_index\":");
-        write_u64(&mut h, output_index as u64);
+        write_u64(h, output_index as u64);
         if text {
             h.extend_from_slice(b",\"content_index\":0");
         }
-        h.extend_from_slice(b",\"delta\":");
-        self.0.clear();
-        self.0.extend_from_slice(&h);
+        h.extend_from_slice(b",\"delta\":\"");
     }
 
-    /// A delta event, the frequent one: the head, the delta, the rest.
-    fn frame(&self, out: &mut BytesMut, text: bool, delta: &str, seq: u64) {
+    /// A delta event, the frequent one: the head (with the delta's opening quote), the delta,
+    /// the rest; and the delta's escapes appended to `acc`, the open item's text so far.
+    fn frame(&self, out: &mut BytesMut, text: bool, delta: &str, seq: u64, acc: &mut Vec<u8>) {
         out.extend_from_slice(&self.0);
-        write_str(out, delta);
+        let at = out.len();
+        write_str_body(out, delta);
+        keep_escaped(acc, &out[at..], delta);
         if text {
-            out.extend_from_slice(b",\"logprobs\":[],\"sequence_number\":");
+            out.extend_from_slice(b"\",\"logprobs\":[],\"sequence_number\":");
         } else {
-            out.extend_from_slice(b",\"sequence_number\":");
+            out.extend_from_slice(b"\",\"sequence_number\":");
         }
         write_u64(out, seq);
         out.extend_from_slice(b"}\n\n");
@@ -354,7 +384,7 @@ impl Encoder for StreamEncoder {
                     tail(out, seq, name);
                     self.open = Some(Item::Text {
                         id,
-                        text: String::new(),
+                        text: Vec::with_capacity(TEXT_ROOM),
                     });
                 }
                 let output_index = self.n_items;
@@ -362,12 +392,11 @@ impl Encoder for StreamEncoder {
                 let Some(Item::Text { id, text }) = &mut self.open else {
                     unreachable!("a text item was just opened")
                 };
-                text.push_str(&t);
                 if self.delta_head.0.is_empty() {
                     let event = "response.output_text.delta";
                     self.delta_head.render(event, id, output_index, true);
                 }
-                self.delta_head.frame(out, true, &t, seq);
+                self.delta_head.frame(out, true, &t, seq, text);
             }
             Event::ToolStart { index: _, id, name } => {
                 self.close(out);
@@ -382,7 +411,7 @@ impl Encoder for StreamEncoder {
                     &item_id,
                     &id,
                     &name,
-                    "",
+                    b"",
                     "in_progress",
                     &self.namespaces,
                 );
@@ -393,7 +422,7 @@ impl Encoder for StreamEncoder {
                     id: item_id,
                     call_id: id.into_owned(),
                     name: name.into_owned(),
-                    arguments: String::new(),
+                    arguments: Vec::new(),
                 });
             }
             Event::ToolArgs { index: _, delta } => {
@@ -407,12 +436,11 @@ impl Encoder for StreamEncoder {
                 let Some(Item::Call { id, arguments, .. }) = &mut self.open else {
                     return;
                 };
-                arguments.push_str(&delta);
                 let event = "response.function_call_arguments.delta";
                 if self.delta_head.0.is_empty() {
                     self.delta_head.render(event, id, output_index, false);
                 }
-                self.delta_head.frame(out, false, &delta, seq);
+                self.delta_head.frame(out, false, &delta, seq, arguments);
             }
             Event::Stop(s) => self.stop = Some(s),
             Event::Usage { input, output } => self.usage.update(input, output),
