@@ -27,7 +27,25 @@ pub struct BodyHead<'a> {
     /// Byte range of the `stream_options` value, if the body has one (`dialect/stream_usage.rs`
     /// reads it: the native chat stream asks its upstream for usage).
     pub stream_options: Option<(usize, usize)>,
+    /// Byte ranges of the values of the output caps, `max_tokens`, `max_completion_tokens` and
+    /// `max_output_tokens` (the first of each; not interpreted), which the spend budgets reserve
+    /// for (`posture/spend.rs`): found by the scan that finds the model, at the cost of three
+    /// more names to compare a member's with, rather than by another pass over the body.
+    pub output_caps: [Option<(usize, usize)>; 3],
 }
+
+/// The top-level members the head parse locates: the three it reads (each at most once, as
+/// serde reads a struct's fields) and the output caps (located: repeats are the upstream's to
+/// judge, as serde ignores members it does not read).
+const HEAD_KEYS: [&str; 6] = [
+    "model",
+    "stream",
+    "stream_options",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+];
+const CAPS_REPEATABLE: u32 = 0b111_000;
 
 fn not_utf8(e: std::str::Utf8Error) -> GwError {
     GwError::bad_request(format!(
@@ -46,8 +64,8 @@ pub fn parse_body_head(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
     // The scan skips the bytes of strings it does not decode, and the native route forwards them
     // as they are: validate the whole body once (std's ASCII fast path).
     let text = std::str::from_utf8(body).map_err(not_utf8)?;
-    let [model, stream, stream_options] =
-        json::scan_object(body, ["model", "stream", "stream_options"]).map_err(|e| match e {
+    let [model, stream, stream_options, caps @ ..] =
+        json::scan_object_locating(body, HEAD_KEYS, CAPS_REPEATABLE).map_err(|e| match e {
             ScanError::Syntax { what, at } => {
                 GwError::bad_request(format!("invalid JSON body: expected {what} at byte {at}"))
             }
@@ -60,6 +78,7 @@ pub fn parse_body_head(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
             ScanError::Duplicate(1) => {
                 GwError::bad_request("invalid JSON body: duplicate field `stream`")
             }
+            // 2: the output caps (3..) may repeat.
             ScanError::Duplicate(_) => {
                 GwError::bad_request("invalid JSON body: duplicate field `stream_options`")
             }
@@ -92,6 +111,7 @@ pub fn parse_body_head(body: &[u8]) -> Result<BodyHead<'_>, GwError> {
         stream,
         model_span: (start, end),
         stream_options,
+        output_caps: caps,
     })
 }
 
@@ -167,6 +187,8 @@ pub fn parse_body_head_with_serde(body: &[u8]) -> Result<BodyHead<'_>, GwError> 
         stream: raw.stream.unwrap_or(false),
         model_span: (start, end),
         stream_options,
+        // Not compared: the reference reads the members routing reads.
+        output_caps: [None; 3],
     })
 }
 
@@ -181,6 +203,28 @@ mod tests {
         assert_eq!(h.model, "gptA");
         assert!(h.stream);
         assert_eq!(&b[h.model_span.0..h.model_span.1], br#""gpt\u0041""#);
+    }
+
+    #[test]
+    fn head_locates_the_output_caps_at_the_top_level() {
+        let b = br#"{"tools":[{"max_tokens":1}],"model":"m","max_tokens":16,"max_output_tokens":null,"max_tokens":9}"#;
+        let h = parse_body_head(b).unwrap();
+        let text = |s: Option<(usize, usize)>| s.map(|(s, e)| &b[s..e]);
+        assert_eq!(
+            text(h.output_caps[0]),
+            Some(&b"16"[..]),
+            "the first, at the top"
+        );
+        assert_eq!(text(h.output_caps[1]), None);
+        assert_eq!(text(h.output_caps[2]), Some(&b"null"[..]));
+        let e = parse_body_head(br#"{"model":"m","stream":true,"stream":false}"#)
+            .err()
+            .unwrap();
+        assert!(
+            e.message.contains("duplicate field `stream`"),
+            "{}",
+            e.message
+        );
     }
 
     /// Same verdict as serde, and the same model, stream flag and span when both accept. A body

@@ -49,6 +49,17 @@ pub fn scan_object<const N: usize>(
     scan(body, keys, 0, &mut Check, None)
 }
 
+/// [`scan_object`], but the keys whose bit is set in `repeatable` (bit `i` for `keys[i]`) may
+/// repeat, and for those the first one's span is returned: members located, as serde ignores a
+/// member that is not one of a struct's fields, rather than fields read (which must be unique).
+pub fn scan_object_locating<const N: usize>(
+    body: &[u8],
+    keys: [&str; N],
+    repeatable: u32,
+) -> Result<[Option<(usize, usize)>; N], ScanError> {
+    scan(body, keys, repeatable, &mut Check, None)
+}
+
 /// [`scan_object`] of a native stream frame fused with its copy: the checked document is appended
 /// to `out` on the way, with the string value (quotes included) of every member whose name is, as
 /// written, `rename.0`, at any depth, replaced by `rename.1` (a stream frame's model renamed). One

@@ -13,10 +13,10 @@
 //! `on_store_error` across replicas (`limits.store`), so that a budget costs what a token limit
 //! costs and needs no Redis round trip on most requests. Before the call the budget must not be
 //! spent (in debt), and the request's most it can cost is reserved: its input estimate (body
-//! bytes / 4) and its `max_tokens` (`max_completion_tokens`, `max_output_tokens`) at the
-//! priciest of its alias's deployments. When it ends the reservation is settled with its real cost
-//! (`exchange/`); a request whose usage never came keeps its reservation, one that failed gives it
-//! back.
+//! bytes / 4) and its top-level `max_tokens` (`max_completion_tokens`, `max_output_tokens`) at
+//! the priciest of its alias's deployments. When it ends the reservation is settled with its real
+//! cost (`exchange/`); a request whose usage never came keeps its reservation, one that failed
+//! gives it back.
 //!
 //! The period is rolling, not a calendar's: a budget of `usd` per period refills continuously at
 //! `usd / period`, and at most `usd` can be spent at once (a full bucket). Over any span of one
@@ -114,14 +114,15 @@ impl Budgets {
         self.limits.is_empty()
     }
 
-    /// What to reserve for a request to `route` with `body`, in microdollars: `None` when no
-    /// budget is configured or no deployment of the route has a price.
+    /// What to reserve for a request to `route` with `body` (its output caps at `caps`), in
+    /// microdollars: `None` when no budget is configured or no deployment of the route has a
+    /// price.
     #[inline]
-    pub fn reservation(&self, route: &Route, body: &[u8]) -> Option<u64> {
+    pub fn reservation(&self, route: &Route, body: &[u8], caps: &OutputCaps) -> Option<u64> {
         if self.is_empty() {
             return None;
         }
-        reserve(route, body)
+        reserve(route, body, caps)
     }
 
     /// Admission against the key's and the route's alias's budgets, reserving `micro`
@@ -217,69 +218,29 @@ fn budget(c: &mut Checker, v: &Value, path: &str) -> Option<Policy> {
 }
 
 /// The most a request can cost, in microdollars (rounded up), at the priciest of the route's
-/// deployments: body bytes / 4 input tokens and its output cap (none: input only).
-fn reserve(route: &Route, body: &[u8]) -> Option<u64> {
-    let (mut input, mut output) = (0, 0);
-    let mut priced = false;
-    for d in route.deployments.iter() {
-        if let Some(p) = &d.price {
-            priced = true;
-            input = input.max(p.input);
-            output = output.max(p.output);
-        }
-    }
-    if !priced {
-        return None;
-    }
-    let cap = output_cap(body);
+/// deployments ([`Route::reserve_price`]): body bytes / 4 input tokens and its output cap (none:
+/// input only).
+fn reserve(route: &Route, body: &[u8], caps: &OutputCaps) -> Option<u64> {
+    let price = route.reserve_price?;
     let pico = (body.len() as u64 / 4)
-        .saturating_mul(input)
-        .saturating_add(cap.saturating_mul(output));
+        .saturating_mul(price.input)
+        .saturating_add(output_cap(body, caps).saturating_mul(price.output));
     Some(pico.div_ceil(1_000_000))
 }
 
-/// The request's output cap: its `max_tokens`, `max_completion_tokens` or `max_output_tokens`
-/// (0 without one). Found by a search for `_tokens"` rather than a walk of the body's members
-/// (which was most of a budgeted request's cost): an unescaped quote is never inside a string, so
-/// a match is a member name; one nested deeper (a tool's schema naming such a property) is taken
-/// too, which only makes the reservation an estimate, as it is anyway. A small body is searched
-/// for its underscores (a substring search's setup costs more than such a body's scan).
-fn output_cap(body: &[u8]) -> u64 {
-    const NAME_END: &[u8] = b"_tokens\"";
-    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(NAME_END));
-    let found = if body.len() <= SMALL_BODY {
-        memchr::memchr_iter(b'_', body)
-            .filter(|&at| body[at..].starts_with(NAME_END))
-            .find_map(|at| cap_at(body, at))
-    } else {
-        FINDER.find_iter(body).find_map(|at| cap_at(body, at))
-    };
-    found.unwrap_or(0)
-}
+/// Where the body's output caps are: the values of its top-level `max_tokens`,
+/// `max_completion_tokens` and `max_output_tokens`, as the head parse located them
+/// ([`crate::dialect::body_head::BodyHead::output_caps`]), which costs no pass over the body of
+/// its own.
+pub type OutputCaps = [Option<(usize, usize)>; 3];
 
-/// Bodies up to this size are searched by [`output_cap`] for their underscores.
-const SMALL_BODY: usize = 1024;
-
-/// The value of the member whose name ends with the `_tokens"` at `at`, when it is one of the
-/// output caps and a number.
-fn cap_at(body: &[u8], at: usize) -> Option<u64> {
-    let head = &body[..at];
-    // Told apart by their last letter: one comparison (of a known length), not three.
-    fn ends<const N: usize>(head: &[u8], name: &[u8; N]) -> bool {
-        head.len() >= N && head[head.len() - N..] == name[..]
-    }
-    let named = match head.last() {
-        Some(b'x') => ends(head, b"\"max"),
-        Some(b'n') => ends(head, b"\"max_completion"),
-        Some(b't') => ends(head, b"\"max_output"),
-        _ => false,
-    };
-    if !named {
-        return None;
-    }
-    let rest = body[at + 8..].trim_ascii_start().strip_prefix(b":")?;
-    leading_number(rest.trim_ascii_start())
+/// The request's output cap: the first of its caps that is a number (its integer part; 0
+/// without one).
+fn output_cap(body: &[u8], caps: &OutputCaps) -> u64 {
+    caps.iter()
+        .flatten()
+        .find_map(|&(s, e)| leading_number(&body[s..e]))
+        .unwrap_or(0)
 }
 
 /// The decimal number `s` starts with, if it starts with one that fits a `u64` (a fraction's
@@ -347,28 +308,40 @@ mod tests {
     }
 
     #[test]
-    fn the_output_cap_is_found_without_a_walk() {
-        assert_eq!(output_cap(br#"{"model":"m","max_tokens": 16}"#), 16);
-        assert_eq!(output_cap(br#"{"max_completion_tokens":7,"model":"m"}"#), 7);
+    fn the_output_cap_is_the_first_cap_that_is_a_number() {
+        let cap = |b: &[u8]| {
+            let h = crate::dialect::body_head::parse_body_head(b).unwrap();
+            output_cap(b, &h.output_caps)
+        };
+        assert_eq!(cap(br#"{"model":"m","max_tokens": 16}"#), 16);
+        assert_eq!(cap(br#"{"max_completion_tokens":7,"model":"m"}"#), 7);
         assert_eq!(
-            output_cap(br#"{"input":"x","max_output_tokens" :300}"#),
+            cap(br#"{"input":"x","max_output_tokens" :300,"model":"m"}"#),
             300
         );
         assert_eq!(
-            output_cap(br#"{"messages":[{"content":"\"max_tokens\": 9"}],"model":"m"}"#),
+            cap(br#"{"messages":[{"content":"\"max_tokens\": 9"}],"model":"m"}"#),
             0,
             "inside a string"
         );
-        assert_eq!(output_cap(br#"{"prompt_tokens":5}"#), 0);
-        assert_eq!(output_cap(br#"{"max_tokens":99999999999999999999999}"#), 0);
-        assert_eq!(output_cap(br#"{"max_tokens":-1,"max_output_tokens":8}"#), 8);
-        // A large body goes through the substring search, with the same answer.
-        let large = format!(
-            r#"{{"messages":[{{"content":"{}"}}],"a_tokens":1,"max_completion_tokens": 42}}"#,
-            "x_y".repeat(SMALL_BODY)
+        assert_eq!(
+            cap(br#"{"tools":[{"max_tokens":5}],"model":"m"}"#),
+            0,
+            "not at the top level"
         );
-        assert_eq!(output_cap(large.as_bytes()), 42);
-        assert_eq!(output_cap(&large.as_bytes()[..SMALL_BODY]), 0);
+        assert_eq!(cap(br#"{"prompt_tokens":5,"model":"m"}"#), 0);
+        assert_eq!(
+            cap(br#"{"max_tokens":99999999999999999999999,"model":"m"}"#),
+            0
+        );
+        assert_eq!(
+            cap(br#"{"max_tokens":-1,"max_output_tokens":8,"model":"m"}"#),
+            8
+        );
+        assert_eq!(
+            cap(br#"{"max_tokens":null,"max_completion_tokens":4,"model":"m"}"#),
+            4
+        );
     }
 
     #[test]

@@ -112,13 +112,14 @@ pub fn section(
                 upstream,
                 choice,
             })
-            .collect();
+            .collect::<Box<[Deployment]>>();
         routes.insert(
             alias.clone(),
             Arc::new(Route {
                 alias: alias.clone(),
                 alias_json: json_string(alias),
                 index,
+                reserve_price: Route::reserve_price(&deployments),
                 deployments,
                 strategy,
                 table: table.clone(),

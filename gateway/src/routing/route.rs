@@ -54,6 +54,9 @@ pub struct Route {
     pub alias_json: Bytes,
     /// At least one; with one, the request path keeps no routing state at all.
     pub deployments: Box<[Deployment]>,
+    /// The priciest of the deployments' prices, each kind of token apart (`None`: none is
+    /// priced): what a spend budget reserves at (`posture/spend.rs`), found once at load.
+    pub reserve_price: Option<Price>,
     pub strategy: Strategy,
     /// The layout of the per-worker state this route's indices point into.
     pub table: Arc<Table>,
@@ -62,6 +65,18 @@ pub struct Route {
 }
 
 impl Route {
+    /// [`Route::reserve_price`] of `deployments`.
+    pub fn reserve_price(deployments: &[Deployment]) -> Option<Price> {
+        deployments
+            .iter()
+            .filter_map(|d| d.price)
+            .reduce(|a, b| Price {
+                input: a.input.max(b.input),
+                output: a.output.max(b.output),
+                cached_input: a.cached_input.max(b.cached_input),
+            })
+    }
+
     /// Whether there is anything to choose or fall back to.
     pub fn is_routed(&self) -> bool {
         self.deployments.len() > 1

@@ -185,7 +185,10 @@ async fn run(
     }
     .map_err(|r| rec.rate_limited(r))?;
     rec.set_admission(admission);
-    if let Some(micro) = snap.budgets.reservation(route, &body) {
+    if let Some(micro) = snap
+        .budgets
+        .reservation(route, &body, &body_head.output_caps)
+    {
         let key = caller.id.as_deref();
         let budget = match snap.budgets.admit(key, route, micro) {
             Admit::Now(r) => r,
