@@ -85,6 +85,47 @@ fn shares(cpus: usize, seconds: f64, machine: f64, own: f64) -> MachineLoad {
     }
 }
 
+/// Which machine a training ran on (the training manifest's `host`), so that a stale freshness
+/// verdict can say whether the pinned profile was trained on another one: two quiet machines of one
+/// kind have trained BOLT profiles that overlap by 94%, under the 95% threshold, with no code
+/// changed, which the same machine throttled to a third of its CPU does not do (99.3%;
+/// nix/README.md, Thresholds). Each part is `None` where the build sandbox cannot read it.
+#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+pub struct Host {
+    /// `/proc/cpuinfo`'s first `model name`.
+    pub cpu_model: Option<String>,
+    /// `/proc/sys/kernel/osrelease`.
+    pub kernel: Option<String>,
+    /// The kernel's clock source (`tsc`, `kvm-clock`, ...): how the runtime's timer reads time.
+    pub clocksource: Option<String>,
+}
+
+impl Host {
+    pub fn read() -> Host {
+        let line = |path: &str| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        };
+        Host {
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|s| cpu_model(&s)),
+            kernel: line("/proc/sys/kernel/osrelease"),
+            clocksource: line("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        }
+    }
+}
+
+/// The first `model name` of a `/proc/cpuinfo`.
+fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "model name").then(|| v.trim().to_owned())
+    })
+}
+
 /// `trainer wait-quiet`: before a training is run again because the last one ran beside other
 /// work (the training checks of nix/stages/training-check.nix), wait until the machine is quiet.
 #[derive(clap::Args)]
@@ -182,6 +223,15 @@ mod tests {
         assert_eq!(busy_pct(at(100, 1000, 5), at(100, 1000, 5)), 0.0);
         // A short window on an idle machine measures under any sane threshold.
         assert!(busy_pct_over(Duration::from_millis(50)).unwrap() <= 100.0);
+    }
+
+    #[test]
+    fn the_host_is_named_by_its_cpu_model() {
+        let info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\nmodel name\t: other\n";
+        assert_eq!(cpu_model(info).as_deref(), Some("AMD EPYC"));
+        assert_eq!(cpu_model("processor\t: 0\n"), None);
+        // Here, outside a sandbox, the kernel is readable.
+        assert!(Host::read().kernel.is_some());
     }
 
     #[test]

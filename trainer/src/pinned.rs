@@ -401,6 +401,7 @@ fn write_manifest(a: &ManifestArgs) -> Result<()> {
             "profile_files": training["profile_files"],
             "profile_bytes": training["profile_bytes"],
             "machine": training["machine"],
+            "host": training["host"],
         },
         "counts": {
             "functions": profile.functions.len(),
@@ -718,6 +719,7 @@ fn check(a: &CheckArgs) -> Result<()> {
             &new_hot,
         ));
     }
+    let overlap_only = stale.is_empty();
     if c.overlap_pct.is_nan() || c.overlap_pct < a.min_overlap {
         stale.push(format!(
             "a fresh training overlaps the pinned profile by {:.3}%, less than the {:.3}% that training noise explains",
@@ -725,11 +727,14 @@ fn check(a: &CheckArgs) -> Result<()> {
         ));
     }
     if !stale.is_empty() {
-        let message = format!(
+        let mut message = format!(
             "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit profiles/",
             stale.join("; "),
             a.refresh_command,
         );
+        if overlap_only {
+            message.push_str(&machines_compared(&a.pinned, a.training.as_deref()));
+        }
         match busy_share(a.training.as_deref()) {
             Some(o) if o > DEFAULT_MAX_OTHER_CPU_PCT => bail!(BusyTraining(format!(
                 "{message} (but this training ran while other work used {o:.1}% of the machine's CPU, more than the {DEFAULT_MAX_OTHER_CPU_PCT}% a refresh allows: a busy machine moves the counts by itself, so train again on a quiet one before refreshing)"
@@ -763,6 +768,37 @@ impl std::fmt::Display for BusyTraining {
 }
 
 impl std::error::Error for BusyTraining {}
+
+/// For a stale verdict that only the overlap gives (no function changed): where the pinned
+/// profile and this training ran, since machines of one kind can differ by more than the
+/// threshold (nix/README.md, Thresholds).
+fn machines_compared(pinned: &Path, training: Option<&Path>) -> String {
+    let pinned = read_json(&pinned.join("manifest.json"), "pinned manifest")
+        .map(|m| m["training"].clone())
+        .unwrap_or(Value::Null);
+    let fresh = training
+        .and_then(|t| read_json(t, "training manifest").ok())
+        .unwrap_or(Value::Null);
+    format!(
+        " (no function changed: the pinned profile's training took {}, this one {}; when the machines differ, that is the likely cause, and pinning again where this check runs is the refresh)",
+        trained_where(&pinned),
+        trained_where(&fresh)
+    )
+}
+
+/// "21.8 s on AMD EPYC (kernel 6.1.0, clock tsc)" of a training record (`machine`, `host`).
+fn trained_where(t: &Value) -> String {
+    let part = |k: &str| t["host"][k].as_str().unwrap_or("unknown").to_owned();
+    let seconds = t["machine"]["seconds"]
+        .as_f64()
+        .map_or("? s".to_owned(), |s| format!("{s:.1} s"));
+    format!(
+        "{seconds} on {} (kernel {}, clock {})",
+        part("cpu_model"),
+        part("kernel"),
+        part("clocksource")
+    )
+}
 
 /// The share of the machine's CPU other work used while the training of `training` (its
 /// manifest) ran.
@@ -1072,7 +1108,10 @@ mod tests {
         };
         write_json(
             &dir.join("training.json"),
-            &json!({ "machine": { "other_cpu_pct": 1.5 } }),
+            &json!({
+                "machine": { "other_cpu_pct": 1.5, "seconds": 14.1 },
+                "host": { "cpu_model": "Test CPU", "kernel": "6.1", "clocksource": null }
+            }),
         )
         .unwrap();
         // Counts a little different: fresh, and the verdict does not depend on them.
@@ -1120,6 +1159,12 @@ mod tests {
             "{e}"
         );
         assert!(!e.contains("other work"), "{e}");
+        // Only the overlap: the verdict says where each training ran.
+        assert!(
+            e.contains("no function changed")
+                && e.contains("this one 14.1 s on Test CPU (kernel 6.1, clock unknown)"),
+            "{e}"
+        );
         let quiet = run(&PROFILE.replace("\n30\n10\n", "\n1\n90\n"), 95.0).unwrap_err();
         assert!(!quiet.is::<BusyTraining>(), "{quiet}");
         // A stale verdict of a training beside other work says so.
@@ -1141,6 +1186,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("(hash mismatch): f"), "{e}");
+        assert!(!e.contains("no function changed"), "{e}");
         let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 

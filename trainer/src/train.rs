@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::check::Expect;
 use crate::load;
-use crate::machine_load::{self, MachineLoad};
+use crate::machine_load::{self, Host, MachineLoad};
 use crate::mock::MockServer;
 use crate::shapes::{self, Loaded};
 
@@ -80,6 +80,8 @@ pub struct Manifest {
     /// How busy the rest of the machine was while the shapes ran (`machine_load.rs`); absent
     /// where `/proc/stat` cannot be read.
     pub machine: Option<MachineLoad>,
+    /// Which machine the shapes ran on (`machine_load::Host`).
+    pub host: Host,
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -157,6 +159,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         profile_bytes: results.iter().map(|r| r.profile_bytes).sum(),
         shapes: results,
         machine,
+        host: Host::read(),
     };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     crate::mock::write_atomically(&out.join("manifest.json"), text.as_bytes())
