@@ -90,7 +90,7 @@ fn shares(cpus: usize, seconds: f64, machine: f64, own: f64) -> MachineLoad {
 /// kind have trained BOLT profiles that overlap by 94%, under the 95% threshold, with no code
 /// changed, which the same machine throttled to a third of its CPU does not do (99.3%;
 /// nix/README.md, Thresholds). Each part is `None` where the build sandbox cannot read it.
-#[derive(Serialize, Clone, Debug, PartialEq, Default)]
+#[derive(Serialize, Debug)]
 pub struct Host {
     /// `/proc/cpuinfo`'s first `model name`.
     pub cpu_model: Option<String>,

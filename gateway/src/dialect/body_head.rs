@@ -31,8 +31,12 @@ pub struct BodyHead<'a> {
     /// `max_output_tokens` (the first of each; not interpreted), which the spend budgets reserve
     /// for (`posture/spend.rs`): found by the scan that finds the model, at the cost of three
     /// more names to compare a member's with, rather than by another pass over the body.
-    pub output_caps: [Option<(usize, usize)>; 3],
+    pub output_caps: OutputCaps,
 }
+
+/// Byte ranges of the values of `max_tokens`, `max_completion_tokens` and `max_output_tokens`, in
+/// that order ([`BodyHead::output_caps`]).
+pub type OutputCaps = [Option<(usize, usize)>; 3];
 
 /// The top-level members the head parse locates: the three it reads (each at most once, as
 /// serde reads a struct's fields) and the output caps (located: repeats are the upstream's to

@@ -31,6 +31,7 @@ use http::StatusCode;
 use serde_json::{Map, Value};
 
 use crate::checker::Checker;
+use crate::dialect::body_head::OutputCaps;
 use crate::dialect::error::GwError;
 use crate::posture::limits::policy::Policy;
 use crate::posture::limits::store::Store;
@@ -228,14 +229,8 @@ fn reserve(route: &Route, body: &[u8], caps: &OutputCaps) -> Option<u64> {
     Some(pico.div_ceil(1_000_000))
 }
 
-/// Where the body's output caps are: the values of its top-level `max_tokens`,
-/// `max_completion_tokens` and `max_output_tokens`, as the head parse located them
-/// ([`crate::dialect::body_head::BodyHead::output_caps`]), which costs no pass over the body of
-/// its own.
-pub type OutputCaps = [Option<(usize, usize)>; 3];
-
-/// The request's output cap: the first of its caps that is a number (its integer part; 0
-/// without one).
+/// The request's output cap: the first of its top-level caps, as the head parse located them
+/// (no pass over the body of its own), that is a number (its integer part; 0 without one).
 fn output_cap(body: &[u8], caps: &OutputCaps) -> u64 {
     caps.iter()
         .flatten()
