@@ -53,12 +53,14 @@ let
   # Linker flag of the stages BOLT rewrites: `--emit-relocs` keeps the relocations it needs.
   emitRelocs = "-Clink-args=-Wl,--emit-relocs";
 
-  # Least overlap of a fresh training with the pinned profile, in percent, derived from training
-  # noise measured in the sandbox of this machine kind, idle and with both cores busy
-  # (nix/README.md, "Thresholds"): 12 fresh LLVM trainings overlapped the pinned profile by 99.43%
-  # at worst, 14 BOLT trainings by 98.33%; each threshold allows three times that shortfall.
-  llvmMinOverlap = 98.3;
-  boltMinOverlap = 95.0;
+  # Least overlap of a fresh training with the pinned profile over the functions that count the
+  # requests' work (the runtime's polls, parks and wakes left out: `trainer profile compare`), in
+  # percent (nix/README.md, "Thresholds"): quiet trainings of one binary on two machines (AMD EPYC,
+  # Intel Xeon) overlapped by 99.36% (LLVM) and 99.85% (BOLT), on one machine by 99.95% and
+  # 99.93%; the fail-closed stale profiles by 76.2% and 52.8%. Each threshold allows about four
+  # times the larger (LLVM) shortfall between machines.
+  llvmMinOverlap = 97.0;
+  boltMinOverlap = 97.0;
 
   # Least reduction of instructions per request, released vs plain, in percent: 3 x the sum of
   # the two binaries' largest measured run-to-run spread (0.82% each, nix/README.md).

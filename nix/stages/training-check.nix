@@ -1,7 +1,8 @@
 # Stages 2 and 6, the training checks: train afresh in the sandbox (training-run.nix, failing
 # closed as training always has), then compare the fresh profile with the pinned one the build
-# consumes. The pinned profile is stale when a fresh training overlaps it by less than training
-# noise explains, or (LLVM) when any function's control-flow hash changed; the failure names the
+# consumes. The pinned profile is stale when a fresh training overlaps its work (the functions
+# that count the requests' work, not the runtime's scheduling) by less than training noise and
+# the difference between machines explain, or (LLVM) when any function's control-flow hash changed; the failure names the
 # refresh command. The output is only the verdict and the sha256 of the pinned profile it vouches
 # for, so a rebuild (`--check`) writes the same bytes even though every training run counts a
 # little differently; the measured overlap is in the build log.
@@ -17,8 +18,8 @@
   shapes,
   # Output of the pinned-profile stage of `kind` (its profile file and manifest.json, verified).
   pinned,
-  # Least overlap, in percent, of a fresh training with the pinned profile (nix/README.md says
-  # how it was derived from measured training noise).
+  # Least overlap, in percent, of a fresh training with the pinned profile's work (nix/README.md
+  # says how it was derived from trainings measured on one machine and on two).
   minOverlap,
   # The command that refreshes the pinned profiles, named when they are stale.
   refreshCommand,

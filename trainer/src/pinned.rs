@@ -139,7 +139,8 @@ pub struct CheckArgs {
     /// The freshly trained profile in the pinned file's format.
     #[arg(long)]
     pub fresh: PathBuf,
-    /// Least overlap, in percent, of the fresh profile with the pinned one.
+    /// Least overlap, in percent, of the fresh profile with the pinned one, over the functions
+    /// that count work (`profiles::counts_scheduling`'s left out).
     #[arg(long)]
     pub min_overlap: f64,
     #[arg(long)]
@@ -720,10 +721,10 @@ fn check(a: &CheckArgs) -> Result<()> {
         ));
     }
     let overlap_only = stale.is_empty();
-    if c.overlap_pct.is_nan() || c.overlap_pct < a.min_overlap {
+    if c.work_overlap_pct.is_nan() || c.work_overlap_pct < a.min_overlap {
         stale.push(format!(
-            "a fresh training overlaps the pinned profile by {:.3}%, less than the {:.3}% that training noise explains",
-            c.overlap_pct, a.min_overlap
+            "a fresh training overlaps the pinned profile by {:.3}% in the functions that count work ({:.3}% in all, the runtime's scheduling included), less than the {:.3}% that training noise and machines explain",
+            c.work_overlap_pct, c.overlap_pct, a.min_overlap
         ));
     }
     if !stale.is_empty() {
@@ -853,14 +854,19 @@ fn pin(a: &PinArgs) -> Result<()> {
             dir.display()
         );
         print!("{}", profiles::describe(kind, &c, 10));
-        json!({ "sha256": sha256_file(&old)?, "overlap_pct": (c.overlap_pct * 1000.0).round() / 1000.0 })
+        let pct = |x: f64| (x * 1000.0).round() / 1000.0;
+        json!({
+            "sha256": sha256_file(&old)?,
+            "overlap_pct": pct(c.overlap_pct),
+            "work_overlap_pct": pct(c.work_overlap_pct),
+        })
     } else {
         println!(
             "== {} profile {}: no pinned profile before this one",
             kind.name(),
             dir.display()
         );
-        json!({ "sha256": null, "overlap_pct": null })
+        json!({ "sha256": null, "overlap_pct": null, "work_overlap_pct": null })
     };
     m["previous"] = previous;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
