@@ -86,10 +86,11 @@ fn shares(cpus: usize, seconds: f64, machine: f64, own: f64) -> MachineLoad {
 }
 
 /// Which machine a training ran on (the training manifest's `host`), so that a stale freshness
-/// verdict can say whether the pinned profile was trained on another one: two quiet machines of one
-/// kind have trained BOLT profiles that overlap by 94%, under the 95% threshold, with no code
-/// changed, which the same machine throttled to a third of its CPU does not do (99.3%;
-/// nix/README.md, Thresholds). Each part is `None` where the build sandbox cannot read it.
+/// verdict can say whether the pinned profile was trained on another one: two quiet machines have
+/// trained BOLT profiles of one binary that overlap by 92-94% over all functions with no code
+/// changed, which the same machine throttled to a third of its CPU does not do (99.3%), hence the
+/// checks' overlap of the work alone (nix/README.md, Thresholds). Each part is `None` where the
+/// build sandbox cannot read it.
 #[derive(Serialize, Debug)]
 pub struct Host {
     /// `/proc/cpuinfo`'s first `model name`.

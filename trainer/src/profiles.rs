@@ -217,7 +217,7 @@ fn share(f: &Function, total: u64) -> f64 {
 
 /// The edge overlap, in percent, of the functions `keep` names, each profile normalized by their
 /// counts: a function whose hash or number of counters changed, or that one profile lacks, adds
-/// nothing.
+/// nothing; 0 when either profile has no counts there.
 fn overlap(base: &Profile, test: &Profile, keep: impl Fn(&str) -> bool) -> f64 {
     let total = |p: &Profile| -> u64 {
         p.functions
@@ -228,7 +228,7 @@ fn overlap(base: &Profile, test: &Profile, keep: impl Fn(&str) -> bool) -> f64 {
     };
     let (bt, tt) = (total(base), total(test));
     if bt == 0 || tt == 0 {
-        return f64::NAN;
+        return 0.0;
     }
     let min = |x: u64, y: u64| (x as f64 / bt as f64).min(y as f64 / tt as f64);
     let mut sum = 0.0;
@@ -268,8 +268,8 @@ const RUNTIME_CRATES: [&str; 7] = [
 /// or a `park`, or a closure (an async block's body is one). How often these run follows how
 /// the machine timed the training (how many reads found nothing, how many times a task was
 /// polled before its bytes came), not what the requests asked: two quiet machines trained the
-/// same binary to overlaps of 96.0% (LLVM) and 91.8% (BOLT) over all functions, 99.3% and 99.6%
-/// over the rest, where a stale profile is at 77% and 53% (nix/README.md, Thresholds).
+/// same binary to overlaps of 96.0% (LLVM) and 91.8% (BOLT) over all functions, 99.4% and 99.8%
+/// over the rest, where a stale profile is at 76% and 53% (nix/README.md, Thresholds).
 pub fn counts_scheduling(name: &str) -> bool {
     let sym = name.rsplit(';').next().unwrap_or(name);
     let sym = sym.split('/').next().unwrap_or(sym);
