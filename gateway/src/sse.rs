@@ -2,7 +2,7 @@
 //! chunking was, and write events back out. Only framing lives here; what an event means is up to
 //! the dialect code.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 /// One upstream event. `data` borrows from the received bytes when the event has a single
 /// `data:` line, which is the case for every provider we talk to.
@@ -58,22 +58,22 @@ impl SseSplitter {
     /// The next complete event, if the buffer holds one. Comment-only and empty events are skipped.
     pub fn next_event(&mut self) -> Option<SseEvent> {
         while !self.whole.is_empty() {
-            let Some((end, sep, first)) = boundary(&self.whole, 0) else {
+            let Some((end, sep, lines)) = boundary(&self.whole, 0) else {
                 self.buffer_whole(true);
                 return None;
             };
             let mut raw = self.whole.split_to(end + sep);
             raw.truncate(end);
-            if let Some(ev) = parse_event(raw, first) {
+            if let Some(ev) = parse_event(raw, lines) {
                 return Some(ev);
             }
         }
         loop {
-            let (end, sep, one_line) = self.find_boundary()?;
+            let (end, sep, lines) = self.find_boundary()?;
             let mut raw = self.buf.split_to(end + sep);
             raw.truncate(end);
             self.scanned = 0;
-            if let Some(ev) = parse_event(raw.freeze(), one_line) {
+            if let Some(ev) = parse_event(raw.freeze(), lines) {
                 return Some(ev);
             }
         }
@@ -86,15 +86,16 @@ impl SseSplitter {
             return None;
         }
         let raw = self.buf.split().freeze();
-        parse_event(raw, false)
+        parse_event(raw, Lines::Unknown)
     }
 
-    /// [`boundary`] in the buffer, from where the last search left off; the flag says the event
-    /// is one line (its boundary is the first line break of a search from the buffer's start).
-    fn find_boundary(&mut self) -> Option<(usize, usize, bool)> {
+    /// [`boundary`] in the buffer, from where the last search left off; its lines are known only
+    /// when that was the buffer's start.
+    fn find_boundary(&mut self) -> Option<(usize, usize, Lines)> {
         let from = self.scanned.saturating_sub(3);
         match boundary(&self.buf, from) {
-            Some((end, sep, first)) => Some((end, sep, first && from == 0)),
+            Some((end, sep, lines)) if from == 0 => Some((end, sep, lines)),
+            Some((end, sep, _)) => Some((end, sep, Lines::Unknown)),
             None => {
                 self.scanned = self.buf.len();
                 None
@@ -103,28 +104,48 @@ impl SseSplitter {
     }
 }
 
+/// What a boundary search learnt of the lines before the boundary, counted from where it began,
+/// so that [`parse_event`] does not search them again: an Anthropic event is two lines
+/// (`event:` and `data:`), an OpenAI one a single `data:` line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lines {
+    /// No line break before the boundary.
+    One,
+    /// One line end before the boundary: the first line ends at `.0`, the second starts at `.1`.
+    Two(usize, usize),
+    /// More, or not searched from the event's start: [`parse_event`] finds them.
+    Unknown,
+}
+
 /// The first event boundary in `b` at or after `from`: where the blank line starts, how long the
-/// line end and blank line are, and whether it is the first line break at or after `from` (so
-/// that an event searched from its start is known to be one line). Boundaries are "\n\n",
-/// "\r\n\r\n", "\n\r\n" or "\r\r".
-fn boundary(b: &[u8], from: usize) -> Option<(usize, usize, bool)> {
+/// line end and blank line are, and the lines from `from` to it (see [`Lines`]). Boundaries are
+/// "\n\n", "\r\n\r\n", "\n\r\n" or "\r\r"; a line ends with "\n", "\r\n" or "\r".
+fn boundary(b: &[u8], from: usize) -> Option<(usize, usize, Lines)> {
     let mut i = from;
+    let mut lines = Lines::One;
     while let Some(off) = memchr::memchr2(b'\n', b'\r', &b[i..]) {
         let p = i + off;
         let rest = &b[p..];
-        let first = i == from;
         if rest.starts_with(b"\n\n") {
-            return Some((p, 2, first));
+            return Some((p, 2, lines));
         }
         if rest.starts_with(b"\r\n\r\n") {
-            return Some((p, 4, first));
+            return Some((p, 4, lines));
         }
         if rest.starts_with(b"\n\r\n") {
-            return Some((p, 3, first));
+            return Some((p, 3, lines));
         }
         if rest.starts_with(b"\r\r") {
-            return Some((p, 2, first));
+            return Some((p, 2, lines));
         }
+        lines = match lines {
+            Lines::One => Lines::Two(p, p + 1),
+            // The "\n" of a "\r\n" line end.
+            Lines::Two(end, next) if next == p && b[end] == b'\r' && b[p] == b'\n' => {
+                Lines::Two(end, p + 1)
+            }
+            _ => Lines::Unknown,
+        };
         i = p + 1;
     }
     None
@@ -132,20 +153,46 @@ fn boundary(b: &[u8], from: usize) -> Option<(usize, usize, bool)> {
 
 /// One event's fields from its lines. Lines are walked by index and only the two values kept are
 /// sliced off `raw` at the end: a `Bytes` per line and per field would be a reference count taken
-/// and given back each, several per event. `one_line`: the caller knows `raw` has no line break
-/// (the splitter's boundary search found none before the boundary), so it is not searched again.
-fn parse_event(raw: Bytes, one_line: bool) -> Option<SseEvent> {
+/// and given back each, several per event. `lines`: where the splitter's boundary search found
+/// `raw`'s line ends, when it did, so that they are not searched for again.
+fn parse_event(mut raw: Bytes, lines: Lines) -> Option<SseEvent> {
+    // The two shapes providers send (OpenAI's `data:` line; Anthropic's `event:` and `data:`
+    // lines), read by their prefixes; the data is what is left of `raw`, without a reference
+    // count taken for it.
+    match lines {
+        Lines::One if raw.starts_with(b"data: ") => {
+            raw.advance(6);
+            return Some(SseEvent {
+                event: Bytes::new(),
+                data: raw,
+            });
+        }
+        Lines::Two(end, next)
+            if raw.starts_with(b"event: ") && raw[next..].starts_with(b"data: ") =>
+        {
+            let event = raw.slice(7..end);
+            raw.advance(next + 6);
+            return Some(SseEvent { event, data: raw });
+        }
+        _ => {}
+    }
     let mut event = (0, 0);
     let mut data: Option<(usize, usize)> = None;
     let mut extra: Option<Vec<u8>> = None;
     let mut pos = 0;
     while pos < raw.len() {
-        let line_end = if one_line {
-            raw.len()
-        } else {
-            memchr::memchr2(b'\n', b'\r', &raw[pos..])
+        let line_end = match lines {
+            Lines::One => raw.len(),
+            Lines::Two(end, next) => {
+                if pos < next {
+                    end
+                } else {
+                    raw.len()
+                }
+            }
+            Lines::Unknown => memchr::memchr2(b'\n', b'\r', &raw[pos..])
                 .map(|o| pos + o)
-                .unwrap_or(raw.len())
+                .unwrap_or(raw.len()),
         };
         let line = (pos, line_end);
         pos = line_end + 1;
@@ -292,5 +339,53 @@ mod tests {
         assert!(s.next_event().is_none());
         let e = s.finish().unwrap();
         assert_eq!((&e.event[..], &e.data[..]), (&b"last"[..], &b"[DONE]"[..]));
+    }
+
+    /// The line ends a boundary search hands on are where a fresh search of the event finds
+    /// them, for every line end an event may use.
+    #[test]
+    fn boundary_lines_read_as_a_fresh_search() {
+        let ends: [&[u8]; 3] = [b"\n", b"\r\n", b"\r"];
+        let bounds: [&[u8]; 4] = [b"\n\n", b"\r\n\r\n", b"\n\r\n", b"\r\r"];
+        let bodies: [&[&[u8]]; 11] = [
+            &[b"data: {\"a\":1}"],
+            &[b"event: x", b"data: {}"],
+            &[b"event: x", b"data: 1", b"data: 2"],
+            &[b": note", b"data: y"],
+            &[b"id: 7", b"event: x", b"data: z"],
+            &[b"event: ", b"data: "],
+            &[b"event:x", b"data:y"],
+            &[b"event: a: b", b"data: :c:"],
+            &[b"data: "],
+            &[b"data:"],
+            &[b"event: x"],
+        ];
+        for body in bodies {
+            for end in ends {
+                for bound in bounds {
+                    let mut raw = body.join(end);
+                    if bound == b"\r\r" && end != b"\r" {
+                        continue; // "\r\r" ends only an event whose lines end with "\r".
+                    }
+                    let stop = raw.len();
+                    raw.extend_from_slice(bound);
+                    let (at, sep, lines) = boundary(&raw, 0).expect("a boundary");
+                    assert_eq!((at, sep), (stop, bound.len()), "{raw:?}");
+                    let want = match body.len() {
+                        1 => Lines::One,
+                        2 => Lines::Two(body[0].len(), body[0].len() + end.len()),
+                        _ => Lines::Unknown,
+                    };
+                    assert_eq!(lines, want, "{raw:?}");
+                    let event = Bytes::copy_from_slice(&raw[..at]);
+                    let fields = |e: Option<SseEvent>| e.map(|e| (e.event, e.data));
+                    assert_eq!(
+                        fields(parse_event(event.clone(), lines)),
+                        fields(parse_event(event, Lines::Unknown)),
+                        "{raw:?}"
+                    );
+                }
+            }
+        }
     }
 }
