@@ -31,6 +31,8 @@ where
 pub mod fast {
     use std::borrow::Cow;
 
+    use crate::dialect::neutral::Fragment;
+
     /// The member at `range` of `data` (as [`crate::json::scan_object`] gives it), whitespace
     /// around it excluded.
     pub fn member(data: &[u8], range: Option<(usize, usize)>) -> Option<&[u8]> {
@@ -67,7 +69,7 @@ pub mod fast {
     /// The text of a string literal `lit` (quotes included) that [`Template::matches`] found,
     /// checked as serde_json checks a string (no raw control character, valid escapes, UTF-8);
     /// `None` when it is not one.
-    pub fn str_lit(lit: &[u8]) -> Option<Cow<'_, str>> {
+    fn str_lit(lit: &[u8]) -> Option<Cow<'_, str>> {
         let [b'"', inner @ .., b'"'] = lit else {
             return None;
         };
@@ -109,9 +111,11 @@ pub mod fast {
             self.frame.clear();
         }
 
-        /// The string literal (quotes included) in the value's place when `frame` is the template
-        /// but for one string literal there.
-        pub fn matches<'a>(&self, frame: &'a [u8]) -> Option<&'a [u8]> {
+        /// The string in the value's place when `frame` is the template but for one string
+        /// literal there, checked as serde_json checks a string (no raw control character, valid
+        /// escapes, UTF-8); `None` when it is not. A plain literal (the usual delta) is walked
+        /// once ([`crate::json::plain_str`]).
+        pub fn matches<'a>(&self, frame: &'a [u8]) -> Option<Fragment<'a>> {
             let (b, a) = (self.before, self.after);
             if self.frame.is_empty() || frame.len() < b + a + 2 {
                 return None;
@@ -120,7 +124,17 @@ pub mod fast {
             if frame[..b] != self.frame[..b] || frame[end..] != self.frame[self.frame.len() - a..] {
                 return None;
             }
-            (crate::json::string_end(frame, b)? == end).then(|| &frame[b..end])
+            let (lit_end, plain) = crate::json::plain_str(frame, b)?;
+            if lit_end != end {
+                return None;
+            }
+            match plain {
+                Some(text) => Some(Fragment {
+                    text: Cow::Borrowed(text),
+                    plain: true,
+                }),
+                None => str_lit(&frame[b..end]).map(Fragment::new),
+            }
         }
     }
 

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use bytes::BytesMut;
 
 use crate::dialect::error::GwError;
-use crate::json::write_str;
+use crate::json::{write_str, write_str_body};
 use crate::sse::SseEvent;
 
 // ---- requests ----
@@ -332,6 +332,52 @@ pub enum OutPart {
     },
 }
 
+/// A streamed string: a delta's text or a tool call's arguments. `plain` says the upstream wrote
+/// it with neither an escape nor a character JSON must escape, so that its bytes are also its
+/// escaped form: an encoder copies them rather than scanning them again (most deltas are a few
+/// plain words; the decoder learnt this in the pass that found the literal's end).
+pub struct Fragment<'a> {
+    pub text: Cow<'a, str>,
+    pub plain: bool,
+}
+
+impl<'a> Fragment<'a> {
+    /// A string whose escaped form is not known: encoders escape it.
+    pub fn new(text: Cow<'a, str>) -> Self {
+        Fragment { text, plain: false }
+    }
+
+    /// Appends the string escaped, without quotes ([`write_str_body`]).
+    pub fn write_body(&self, out: &mut BytesMut) {
+        if self.plain {
+            out.extend_from_slice(self.text.as_bytes());
+        } else {
+            write_str_body(out, &self.text);
+        }
+    }
+
+    /// Appends the string as a JSON string literal ([`write_str`]).
+    pub fn write(&self, out: &mut BytesMut) {
+        out.extend_from_slice(b"\"");
+        self.write_body(out);
+        out.extend_from_slice(b"\"");
+    }
+}
+
+impl std::ops::Deref for Fragment<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+/// As the text alone: what a stream's events are compared by in tests.
+impl std::fmt::Debug for Fragment<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.text, f)
+    }
+}
+
 /// One step of an upstream stream, in neutral form. Strings borrow from the upstream frame
 /// (they are copied only when they contain JSON escapes), since every event is encoded for the
 /// client before the next frame is looked at.
@@ -341,7 +387,7 @@ pub enum Event<'a> {
         id: Cow<'a, str>,
         input_tokens: Option<u64>,
     },
-    Text(Cow<'a, str>),
+    Text(Fragment<'a>),
     /// A new tool call; `index` is the upstream's index for it, which later argument deltas
     /// refer to.
     ToolStart {
@@ -351,7 +397,7 @@ pub enum Event<'a> {
     },
     ToolArgs {
         index: u64,
-        delta: Cow<'a, str>,
+        delta: Fragment<'a>,
     },
     Stop(StopReason),
     Usage {

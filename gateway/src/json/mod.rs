@@ -962,6 +962,51 @@ pub fn string_end(data: &[u8], start: usize) -> Option<usize> {
     string_end_escaped(data, start).map(|(end, _)| end)
 }
 
+/// The string literal starting at `start`, as a stream's deltas usually are: *plain*, with no
+/// escape and no control character, so that its contents are at once its text and its escaped
+/// form as [`write_str_body`] writes it. Its end, and its text when it is plain and UTF-8 (`None`
+/// otherwise, and the literal ended by [`string_end`]). One walk eight bytes at a time finds the
+/// end, the plainness and whether every byte is ASCII, which needs no UTF-8 check after.
+pub fn plain_str(data: &[u8], start: usize) -> Option<(usize, Option<&str>)> {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    if data.get(start) != Some(&b'"') {
+        return None;
+    }
+    // The high bits of every byte walked: a superset of the contents (a word's bytes past the
+    // closing quote too), so that zero means they are all ASCII.
+    let mut high = 0u64;
+    let mut i = start + 1;
+    while let Some(w) = data.get(i..i + 8) {
+        let w = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        high |= w;
+        let special = special_bytes(w);
+        if special != 0 {
+            i += special.trailing_zeros() as usize / 8;
+            break;
+        }
+        i += 8;
+    }
+    loop {
+        match *data.get(i)? {
+            b'"' => break,
+            b'\\' | 0..=0x1f => return string_end(data, start).map(|end| (end, None)),
+            c => {
+                high |= u64::from(c);
+                i += 1;
+            }
+        }
+    }
+    let contents = &data[start + 1..i];
+    let text = if high & HIGH == 0 {
+        // SAFETY: every byte of `contents` was walked above with its high bit clear: ASCII,
+        // which is UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(contents) })
+    } else {
+        std::str::from_utf8(contents).ok()
+    };
+    Some((i + 1, text))
+}
+
 /// [`string_end`], and whether the literal has an escape (a backslash) in it.
 #[inline]
 fn string_end_escaped(data: &[u8], start: usize) -> Option<(usize, bool)> {
@@ -1174,5 +1219,46 @@ mod tests {
             "{}",
             std::mem::size_of::<Memo>()
         );
+    }
+
+    /// A literal's end is where [`string_end`] finds it, and its text is given exactly when it
+    /// has neither a backslash nor a control character and is UTF-8, wherever in its words the
+    /// byte that decides falls.
+    #[test]
+    fn plain_str_ends_where_string_end_does() {
+        let pieces: [&[u8]; 9] = [
+            b"a",
+            "é".as_bytes(),
+            "😀".as_bytes(),
+            b"\xc3",
+            b"\\\"",
+            b"\\n",
+            b"\t",
+            b"\x01",
+            b"\x7f",
+        ];
+        for len in 0..20 {
+            for (k, piece) in pieces.iter().enumerate() {
+                for at in 0..=len {
+                    let mut lit = b"\"".to_vec();
+                    lit.extend(std::iter::repeat_n(b'x', at));
+                    if k > 0 {
+                        lit.extend_from_slice(piece);
+                    }
+                    lit.extend(std::iter::repeat_n(b'y', len - at));
+                    lit.extend_from_slice("\",\"é\"".as_bytes());
+                    let inner = &lit[1..lit.len() - 6];
+                    let plain = !inner.iter().any(|&c| c == b'\\' || c < 0x20);
+                    let text = std::str::from_utf8(inner).ok().filter(|_| plain);
+                    let end = string_end(&lit, 0);
+                    assert_eq!(end, Some(lit.len() - 5));
+                    assert_eq!(plain_str(&lit, 0), end.map(|e| (e, text)), "{lit:?}");
+                    let open = &lit[..lit.len() - 6];
+                    assert_eq!(plain_str(open, 0), None, "{open:?}");
+                }
+            }
+        }
+        assert_eq!(plain_str(b" \"a\"", 0), None);
+        assert_eq!(plain_str(b" \"a\"", 1), Some((4, Some("a"))));
     }
 }

@@ -8,11 +8,11 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use super::{chat_id, stop_from, stop_to};
-use crate::dialect::decode::fast::{member, offset, opt_str, str_lit, trim, Template};
+use crate::dialect::decode::fast::{member, offset, opt_str, trim, Template};
 use crate::dialect::decode::upstream_stream_error;
 use crate::dialect::encode::{new_id, now_secs};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
+use crate::dialect::neutral::{Decoder, Encoder, Event, Fragment, StopReason, Usage};
 use crate::dialect::Dialect;
 use crate::json::{scan_object, write_str, write_u64};
 use crate::sse::SseEvent;
@@ -144,7 +144,7 @@ impl Decoder for StreamDecoder {
             return Ok(());
         }
         if self.started {
-            if let Some(t) = self.template.matches(&ev.data).and_then(str_lit) {
+            if let Some(t) = self.template.matches(&ev.data) {
                 if !t.is_empty() {
                     sink(Event::Text(t));
                 }
@@ -164,7 +164,7 @@ impl Decoder for StreamDecoder {
                 });
             }
             if let Some(t) = f.text.filter(|t| !t.is_empty()) {
-                sink(Event::Text(t));
+                sink(Event::Text(Fragment::new(t)));
             }
             if let Some(r) = f.finish {
                 sink(Event::Stop(stop_from(&r)));
@@ -188,7 +188,7 @@ impl Decoder for StreamDecoder {
             if let Some(d) = ch.delta {
                 if let Some(t) = d.content {
                     if !t.is_empty() {
-                        sink(Event::Text(t));
+                        sink(Event::Text(Fragment::new(t)));
                     }
                 }
                 for tc in d.tool_calls.unwrap_or_default() {
@@ -207,7 +207,7 @@ impl Decoder for StreamDecoder {
                         if !a.is_empty() {
                             sink(Event::ToolArgs {
                                 index: tc.index,
-                                delta: a,
+                                delta: Fragment::new(a),
                             });
                         }
                     }
@@ -299,7 +299,7 @@ impl Encoder for StreamEncoder {
             Event::Text(t) => {
                 self.open(out);
                 out.extend_from_slice(b"{\"content\":");
-                write_str(out, &t);
+                t.write(out);
                 out.extend_from_slice(b"}");
                 Self::close(out, None);
             }
@@ -326,7 +326,7 @@ impl Encoder for StreamEncoder {
                 out.extend_from_slice(b"{\"tool_calls\":[{\"index\":");
                 write_u64(out, i as u64);
                 out.extend_from_slice(b",\"function\":{\"arguments\":");
-                write_str(out, &delta);
+                delta.write(out);
                 out.extend_from_slice(b"}}]}");
                 Self::close(out, None);
             }

@@ -7,13 +7,13 @@ use bytes::BytesMut;
 use serde::Deserialize;
 
 use super::{msg_id, stop_from, stop_to};
-use crate::dialect::decode::fast::{member, offset, opt_str, str_lit, u64_of, Template};
+use crate::dialect::decode::fast::{member, offset, opt_str, u64_of, Template};
 use crate::dialect::decode::upstream_stream_error;
 use crate::dialect::encode::{new_id, serde_str};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Decoder, Encoder, Event, StopReason, Usage};
+use crate::dialect::neutral::{Decoder, Encoder, Event, Fragment, StopReason, Usage};
 use crate::dialect::Dialect;
-use crate::json::{scan_object, write_str, write_u64};
+use crate::json::{scan_object, write_u64};
 use crate::sse::{write_event, SseEvent};
 
 #[derive(Deserialize)]
@@ -154,7 +154,7 @@ impl StreamDecoder {
         &self,
         index: u64,
         kind: Delta,
-        value: Option<Cow<'a, str>>,
+        value: Option<Fragment<'a>>,
         sink: &mut dyn FnMut(Event<'a>),
     ) {
         if let Some(v) = value {
@@ -178,7 +178,7 @@ impl Decoder for StreamDecoder {
             // Most of a stream is deltas and pings: they get a parse that looks only for their
             // few fields (the general one below handles every event, named or not).
             b"content_block_delta" => {
-                if let Some(v) = self.template.matches(&ev.data).and_then(str_lit) {
+                if let Some(v) = self.template.matches(&ev.data) {
                     self.sink_delta(self.index, self.kind, Some(v), sink);
                     return Ok(());
                 }
@@ -190,7 +190,7 @@ impl Decoder for StreamDecoder {
                         }
                         _ => self.template.forget(),
                     }
-                    self.sink_delta(index, kind, value, sink);
+                    self.sink_delta(index, kind, value.map(Fragment::new), sink);
                     return Ok(());
                 }
                 self.template.forget();
@@ -200,14 +200,14 @@ impl Decoder for StreamDecoder {
                 match &*d.delta.kind {
                     "text_delta" => {
                         if let Some(t) = d.delta.text {
-                            sink(Event::Text(t));
+                            sink(Event::Text(Fragment::new(t)));
                         }
                     }
                     "input_json_delta" => {
                         if let Some(p) = d.delta.partial_json.filter(|p| !p.is_empty()) {
                             sink(Event::ToolArgs {
                                 index: d.index,
-                                delta: p,
+                                delta: Fragment::new(p),
                             });
                         }
                     }
@@ -249,7 +249,7 @@ impl Decoder for StreamDecoder {
                         }),
                         "text" => {
                             if let Some(t) = b.text.filter(|t| !t.is_empty()) {
-                                sink(Event::Text(t));
+                                sink(Event::Text(Fragment::new(t)));
                             }
                         }
                         _ => {}
@@ -261,14 +261,14 @@ impl Decoder for StreamDecoder {
                     match d.kind.as_deref() {
                         Some("text_delta") => {
                             if let Some(t) = d.text {
-                                sink(Event::Text(t));
+                                sink(Event::Text(Fragment::new(t)));
                             }
                         }
                         Some("input_json_delta") => {
                             if let Some(p) = d.partial_json.filter(|p| !p.is_empty()) {
                                 sink(Event::ToolArgs {
                                     index: e.index.unwrap_or(0),
-                                    delta: p,
+                                    delta: Fragment::new(p),
                                 });
                             }
                         }
@@ -369,7 +369,7 @@ impl StreamEncoder {
     }
 
     /// The frequent event, written without building a DOM.
-    fn delta(out: &mut BytesMut, index: u64, kind: &str, field: &str, value: &str) {
+    fn delta(out: &mut BytesMut, index: u64, kind: &str, field: &str, value: &Fragment) {
         out.extend_from_slice(
             b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
         );
@@ -379,7 +379,7 @@ impl StreamEncoder {
         out.extend_from_slice(b"\",\"");
         out.extend_from_slice(field.as_bytes());
         out.extend_from_slice(b"\":");
-        write_str(out, value);
+        value.write(out);
         out.extend_from_slice(b"}}\n\n");
     }
 }
@@ -492,6 +492,10 @@ mod tests {
             a(r#""""#),
             a(r#""1}""#),
             f(r#""back""#),
+            f(r#""héllo wörld, plain""#),
+            f(r#""eight by\"tes then""#),
+            f("\"eight by\ttes then\""),
+            f(r#""after""#),
         ];
         let frames: Vec<&str> = frames.iter().map(String::as_str).collect();
         let got = decode(&frames);
@@ -513,6 +517,10 @@ mod tests {
                 Ok(vec![]),
                 args("1}"),
                 text("back"),
+                text("héllo wörld, plain"),
+                text("eight by\"tes then"),
+                Err(()),
+                text("after"),
             ]
         );
         // Each frame alone (no template) reads the same.

@@ -6,7 +6,7 @@ use bytes::BytesMut;
 use super::{resp_id, split_name};
 use crate::dialect::encode::{new_id, now_secs, serde_str as put_str};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Encoder, Event, StopReason, Usage};
+use crate::dialect::neutral::{Encoder, Event, Fragment, StopReason, Usage};
 use crate::dialect::Dialect;
 use crate::json::{write_str, write_str_body, write_u64};
 
@@ -339,12 +339,18 @@ impl DeltaHead {
     }
 
     /// A delta event, the frequent one: the head (with the delta's opening quote), the delta,
-    /// the rest; and the delta's escapes appended to `acc`, the open item's text so far.
-    fn frame(&self, out: &mut BytesMut, text: bool, delta: &str, seq: u64, acc: &mut Vec<u8>) {
+    /// the rest; and the delta's escapes appended to `acc`, the open item's text so far. A plain
+    /// delta's bytes are its escapes, as [`put_str`] writes them too.
+    fn frame(&self, out: &mut BytesMut, text: bool, delta: &Fragment, seq: u64, acc: &mut Vec<u8>) {
         out.extend_from_slice(&self.0);
-        let at = out.len();
-        write_str_body(out, delta);
-        keep_escaped(acc, &out[at..], delta);
+        if delta.plain {
+            out.extend_from_slice(delta.as_bytes());
+            acc.extend_from_slice(delta.as_bytes());
+        } else {
+            let at = out.len();
+            write_str_body(out, delta);
+            keep_escaped(acc, &out[at..], delta);
+        }
         if text {
             out.extend_from_slice(b"\",\"logprobs\":[],\"sequence_number\":");
         } else {
