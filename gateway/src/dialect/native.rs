@@ -11,6 +11,13 @@ use crate::dialect::Dialect;
 use crate::json;
 use crate::sse::SseEvent;
 
+mod repeat;
+
+use repeat::Repeat;
+
+/// The members whose string values a frame's copy renames: the model, at any depth.
+pub(crate) const RENAMED: &str = "model";
+
 /// The top-level members a frame's check reports: `error` (a field: two are refused, as serde
 /// refuses a struct's duplicate field), `choices` (located for the usage chunk: the first
 /// counts, as [`json::find_members`] counts it) and `usage` (located for the request record,
@@ -20,6 +27,7 @@ const KEYS: [&str; 3] = ["error", "choices", "usage"];
 const REPEATABLE: u32 = 0b110;
 
 /// What the check of a frame found besides its copy.
+#[derive(Debug, PartialEq)]
 struct Found {
     /// A top-level `error` that is not null.
     has_error: bool,
@@ -30,23 +38,29 @@ struct Found {
     usage: Option<bool>,
 }
 
-/// What the check of a frame found, the frame copied to `out` with its model renamed ([`Found`]).
-/// The frame is checked to be a JSON object by serde_json's grammar ([`json::scan_object`]) in the
-/// same pass that copies it; when it is not, `out` is left as it was.
+/// The spans of [`KEYS`]' values in a frame.
+pub(crate) type Spans = [Option<(usize, usize)>; 3];
+
+/// The frame copied to `out` with its model renamed, and the spans of [`KEYS`]. The frame is
+/// checked to be a JSON object by serde_json's grammar ([`json::scan_object`]) in the same pass
+/// that copies it; when it is not, `out` is left as it was.
 fn check_copy(
     out: &mut BytesMut,
     data: &[u8],
     to: &[u8],
     memo: &mut json::Memo,
-) -> Result<Found, GwError> {
-    let [error, choices, usage] =
-        json::copy_object_renaming(out, data, KEYS, REPEATABLE, ("model", to), memo)
-            .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not JSON"))?;
-    Ok(Found {
+) -> Result<Spans, GwError> {
+    json::copy_object_renaming(out, data, KEYS, REPEATABLE, (RENAMED, to), memo)
+        .map_err(|_| GwError::bad_upstream("upstream sent a frame that is not JSON"))
+}
+
+/// What the check of a checked frame found, from the spans of its keys.
+fn found(data: &[u8], [error, choices, usage]: Spans) -> Found {
+    Found {
         has_error: error.is_some_and(|(s, e)| &data[s..e] != b"null"),
         choices,
         usage: top_level_usage(data, usage),
-    })
+    }
 }
 
 /// Whether the frame's top-level `usage`, first found at `span`, is an object; `None` (not
@@ -69,6 +83,8 @@ pub struct NativeStream {
     to: bytes::Bytes,
     /// The last frame's envelope, which the next frame's check resumes after when it repeats.
     memo: json::Memo,
+    /// The last frame checked whole, which the next is compared with first.
+    repeat: Repeat,
     events: u64,
     finished: bool,
     /// What the last event's check found of its top-level `usage` ([`StreamTransform::last_usage`]).
@@ -83,10 +99,32 @@ impl NativeStream {
             dialect,
             to: alias_json,
             memo: json::Memo::default(),
+            repeat: Repeat::default(),
             events: 0,
             finished: false,
             last_usage: None,
             drop_usage: false,
+        }
+    }
+}
+
+impl NativeStream {
+    /// The frame `data` checked and copied to `out` with its model renamed ([`check_copy`]),
+    /// compared with the last frame checked whole first ([`Repeat`]); what the check found.
+    fn check_copy(&mut self, data: &[u8], out: &mut BytesMut) -> Result<Found, GwError> {
+        if let Some(spans) = self.repeat.copy(data, out) {
+            return Ok(found(data, spans));
+        }
+        let at = out.len();
+        match check_copy(out, data, &self.to, &mut self.memo) {
+            Ok(spans) => {
+                self.repeat.keep(data, &out[at..], spans);
+                Ok(found(data, spans))
+            }
+            Err(e) => {
+                self.repeat.forget();
+                Err(e)
+            }
         }
     }
 }
@@ -119,7 +157,7 @@ impl StreamTransform for NativeStream {
             has_error,
             choices,
             usage,
-        } = match check_copy(out, &ev.data, &self.to, &mut self.memo) {
+        } = match self.check_copy(&ev.data, out) {
             Ok(found) => found,
             Err(e) => {
                 out.truncate(mark);
@@ -227,7 +265,7 @@ mod tests {
         let mut out = BytesMut::new();
         let r = check_copy(&mut out, f, b"\"a\"", &mut json::Memo::default())
             .ok()
-            .map(|found| found.has_error);
+            .map(|spans| found(f, spans).has_error);
         assert_eq!(
             out.is_empty(),
             r.is_none(),
@@ -431,5 +469,92 @@ mod tests {
             };
             assert_eq!(new, old, "{f}");
         }
+    }
+
+    /// A stream's frames read with the kept frame ([`Repeat`]) come out as each frame checked
+    /// alone does (copy, findings, refusal), whatever string or byte changed from one to the
+    /// next: a delta's text, the model, a member name, an error, text that reads like a key.
+    #[test]
+    fn a_repeated_frame_reads_as_a_fresh_check() {
+        let bases = [
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":17,"model":"up-2024","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":"@"},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"@"}}"#,
+            r#"{"id":"c","choices":[{"delta":{"content":"@"}}],"usage":{"total_tokens":3},"t":"@"}"#,
+            r#"{"choices":[],"usage":{"a":1},"t":"@"}"#,
+            r#"{"id":"c","model":"@","choices":[]}"#,
+            r#"{"a":{"model" : "@"},"b":[ "@" ]}"#,
+            r#"{"mod\u0065l":"@","x":1}"#,
+            r#"{"id":"c","@":1,"error":null}"#,
+            r#"{"error":"@","choices":[]}"#,
+            r#"{"model":["@"],"choices":[1]}"#,
+            r#"{"k":"@","model":"m","z":{"model":"n"}}"#,
+            r##"{"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"@","sequence_number":#}"##,
+            r##"{"delta":"@","model":"m","n":[ #,"#"],"m":{"model":"@"},"k": #}"##,
+            r##"{"t":"@","s":"x, #]","n":#}"##,
+            r##"{"t":"@","model":"m","n":#.5,"e":#e2,"z":-#}"##,
+        ];
+        let numbers = [
+            "0",
+            "7",
+            "12",
+            "99",
+            "100",
+            "1234567",
+            "01",
+            "18446744073709551615",
+        ];
+        let texts = [
+            "Hel",
+            "lo",
+            "",
+            "usage",
+            "error",
+            "model",
+            "choices",
+            "é ü",
+            r#"a\"b"#,
+            r"\n",
+            "x\u{1}y",
+            r"\u00e9",
+            "forty characters of text, a longer delta",
+        ];
+        let mut rand = json::test_rand(0x2545_F491_4F6C_DD1D);
+        let mut t = chat(false);
+        let (mut base, mut hits, mut ok) = (0, 0, 0);
+        for _ in 0..60_000 {
+            if rand(16) == 0 {
+                base = rand(bases.len());
+            }
+            let mut f = bases[base]
+                .replace('@', texts[rand(texts.len())])
+                .replace('#', numbers[rand(numbers.len())])
+                .into_bytes();
+            if rand(12) == 0 {
+                let at = rand(f.len());
+                match rand(3) {
+                    0 => f[at] = b"\" :,{}[]0a\\x\n\x01"[rand(14)],
+                    1 => f.insert(at, b" \"9,"[rand(4)]),
+                    _ => drop(f.remove(at)),
+                }
+            }
+            hits += t.repeat.copy(&f, &mut BytesMut::new()).is_some() as usize;
+            let run = |t: &mut NativeStream| {
+                let mut out = BytesMut::from(&b"x"[..]);
+                let r = t.check_copy(&f, &mut out).map_err(|e| e.message);
+                if r.is_err() {
+                    out.truncate(1);
+                }
+                (r, out)
+            };
+            let kept = run(&mut t);
+            assert_eq!(
+                kept,
+                run(&mut chat(false)),
+                "{}",
+                String::from_utf8_lossy(&f)
+            );
+            ok += kept.0.is_ok() as usize;
+        }
+        assert!(hits > 2_000 && ok > 30_000, "{hits} compared, {ok} valid");
     }
 }

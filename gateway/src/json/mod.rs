@@ -254,10 +254,30 @@ struct Resume<const N: usize> {
     inner: Option<Inner>,
 }
 
+/// How many last bytes `a` and `b` share, found eight at a time.
+pub fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    let mut k = 0;
+    while k + 8 <= n {
+        let (i, j) = (n - k - 8, n - k);
+        let x = u64::from_be_bytes(a[i..j].try_into().expect("eight bytes"))
+            ^ u64::from_be_bytes(b[i..j].try_into().expect("eight bytes"));
+        if x != 0 {
+            return k + x.trailing_zeros() as usize / 8;
+        }
+        k += 8;
+    }
+    while k < n && a[n - k - 1] == b[n - k - 1] {
+        k += 1;
+    }
+    k
+}
+
 /// How many first bytes `a` and `b` share. A stream's frames usually share all of the kept
 /// head, which one `memcmp` of the whole tells at a fraction of the cost of finding where they
 /// part (eight bytes at a time), which is done only when they do.
-fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
     if a[..n] == b[..n] {
         return n;
@@ -684,6 +704,17 @@ fn hex4(digits: Option<&[u8]>) -> Option<u16> {
     Some(n)
 }
 
+/// A small deterministic generator (xorshift) for the randomized tests: `rand(n)` is below `n`.
+#[cfg(test)]
+pub(crate) fn test_rand(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
 /// Which open containers are objects, a bit per level: [`MAX_DEPTH`] levels in two words, each
 /// level's bit in one of them (a `u128` shifted by a variable amount costs a dozen instructions
 /// per container opened and per element closed; a word's shift one).
@@ -1007,6 +1038,19 @@ pub fn plain_str(data: &[u8], start: usize) -> Option<(usize, Option<&str>)> {
     Some((i + 1, text))
 }
 
+/// The string literals of a document already checked to be JSON, in order, as their spans
+/// (quotes included): outside a string a quote starts one, so each is found from the end of the
+/// one before. Member names are among them.
+pub fn literals(data: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        let start = i + memchr::memchr(b'"', data.get(i..)?)?;
+        let end = string_end(data, start)?;
+        i = end;
+        Some((start, end))
+    })
+}
+
 /// [`string_end`], and whether the literal has an escape (a backslash) in it.
 #[inline]
 fn string_end_escaped(data: &[u8], start: usize) -> Option<(usize, bool)> {
@@ -1127,13 +1171,7 @@ mod tests {
             br#"{"a":"b","mod\u0065l":"m","choices":[1],"choices":[2],"error":{"model":"z"},"c":1}"#,
             br#"{"x":[{"a":{"b":[{"c":{"model":"m","d":[{"e":{"f":{"g":{"h":{"i":{"model":"n","j":1}}}}}}]}}]}}],"model":"o","y":{"z":{"model":"p","q":[true,false,null,-1.5e3]}}}"#,
         ];
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rand = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut rand = test_rand(0x9E37_79B9_7F4A_7C15);
         let mut memo = Memo::default();
         let mut ok = 0;
         let mut base = 0;
@@ -1260,5 +1298,34 @@ mod tests {
         }
         assert_eq!(plain_str(b" \"a\"", 0), None);
         assert_eq!(plain_str(b" \"a\"", 1), Some((4, Some("a"))));
+    }
+
+    /// The shared head and tail are where a byte-by-byte walk finds them, wherever in the
+    /// words the first differing byte falls.
+    #[test]
+    fn common_prefix_and_suffix_end_at_the_first_difference() {
+        let base: Vec<u8> = (0..40u8).collect();
+        for n in [0, 1, 7, 8, 9, 23, 40] {
+            let a = &base[..n];
+            for at in 0..=n {
+                for extra in [0usize, 3] {
+                    let mut b = a.to_vec();
+                    if at < n {
+                        b[at] ^= 0x80;
+                    }
+                    b.splice(0..0, std::iter::repeat_n(b'x', extra));
+                    let walk =
+                        |x: &[u8], y: &[u8]| x.iter().zip(y).take_while(|(p, q)| p == q).count();
+                    let rev = |x: &[u8]| x.iter().rev().copied().collect::<Vec<u8>>();
+                    assert_eq!(
+                        common_suffix(a, &b),
+                        walk(&rev(a), &rev(&b)),
+                        "{n} {at} {extra}"
+                    );
+                    let b = &b[extra..];
+                    assert_eq!(common_prefix(a, b), walk(a, b), "{n} {at}");
+                }
+            }
+        }
     }
 }
