@@ -557,4 +557,29 @@ mod tests {
         }
         assert!(hits > 2_000 && ok > 30_000, "{hits} compared, {ok} valid");
     }
+
+    /// A frame larger than [`repeat::KEEP_MAX`] (a Responses stream's first frame echoing the
+    /// request's instructions) is checked whole and not kept: the stream holds no copy of it.
+    #[test]
+    fn a_large_frame_is_not_kept() {
+        let mut t = NativeStream::new(Dialect::Responses, bytes::Bytes::from_static(b"\"gpt\""));
+        let big = format!(
+            r#"{{"type":"response.created","response":{{"instructions":"{}","model":"m"}}}}"#,
+            "x".repeat(4 * repeat::KEEP_MAX)
+        );
+        let delta = |d: &str, n: u32| {
+            format!(
+                r#"{{"type":"response.output_text.delta","delta":"{d}","sequence_number":{n}}}"#
+            )
+        };
+        let mut out = BytesMut::new();
+        t.check_copy(big.as_bytes(), &mut out).unwrap();
+        assert_eq!(t.repeat.kept_capacity(), 0);
+        for (n, d) in ["a", "bc", "def"].into_iter().enumerate() {
+            t.check_copy(delta(d, n as u32).as_bytes(), &mut out)
+                .unwrap();
+        }
+        assert!(t.repeat.copy(delta("g", 9).as_bytes(), &mut out).is_some());
+        assert!(t.repeat.kept_capacity() <= 2 * repeat::KEEP_MAX);
+    }
 }

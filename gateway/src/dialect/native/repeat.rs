@@ -103,6 +103,10 @@ impl Repeat {
             self.varying = None;
             return;
         }
+        if data.len() > KEEP_MAX || copy.len() > KEEP_MAX {
+            self.forget();
+            return;
+        }
         let first = json::common_prefix(&self.frame, data);
         let same_end = json::common_suffix(&self.frame, data);
         let last = data.len().saturating_sub(same_end + 1).max(first);
@@ -114,11 +118,22 @@ impl Repeat {
         self.spans = spans;
     }
 
+    /// The bytes its two buffers hold allocated.
+    #[cfg(test)]
+    pub(super) fn kept_capacity(&self) -> usize {
+        self.frame.capacity() + self.copy.capacity()
+    }
+
     pub(super) fn forget(&mut self) {
         self.frame.clear();
         self.varying = None;
     }
 }
+
+/// The largest frame (and copy) kept, so that the two buffers a native stream holds for its life
+/// stay small: a delta's frame is a few hundred bytes, while a stream's first and last frames can
+/// carry the request's instructions and tools (Responses echoes them in `response.created`).
+pub(super) const KEEP_MAX: usize = 1024;
 
 /// How far past the varying string a varying integer may end.
 const NUMBER_WITHIN: usize = 128;
