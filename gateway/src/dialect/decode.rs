@@ -114,18 +114,14 @@ pub mod fast {
         /// The string in the value's place when `frame` is the template but for one string
         /// literal there, checked as serde_json checks a string (no raw control character, valid
         /// escapes, UTF-8); `None` when it is not. A plain literal (the usual delta) is walked
-        /// once ([`crate::json::plain_str`]).
+        /// once ([`crate::json::literal_in_place`]).
         pub fn matches<'a>(&self, frame: &'a [u8]) -> Option<Fragment<'a>> {
             let (b, a) = (self.before, self.after);
-            if self.frame.is_empty() || frame.len() < b + a + 2 {
+            if self.frame.is_empty() {
                 return None;
             }
-            let end = frame.len() - a;
-            if frame[..b] != self.frame[..b] || frame[end..] != self.frame[self.frame.len() - a..] {
-                return None;
-            }
-            let (lit_end, plain) = crate::json::plain_str(frame, b)?;
-            if lit_end != end {
+            let (end, plain) = crate::json::literal_in_place(&self.frame, b, a, frame)?;
+            if end != frame.len() - a {
                 return None;
             }
             match plain {
@@ -161,14 +157,11 @@ pub mod fast {
     }
 
     /// `v` without the whitespace JSON allows around values.
-    pub fn trim(mut v: &[u8]) -> &[u8] {
-        while let [b' ' | b'\n' | b'\r' | b'\t', rest @ ..] = v {
-            v = rest;
-        }
-        while let [rest @ .., b' ' | b'\n' | b'\r' | b'\t'] = v {
-            v = rest;
-        }
-        v
+    pub fn trim(v: &[u8]) -> &[u8] {
+        let is_ws = |c: &u8| crate::json::is_ws(*c);
+        let start = v.iter().position(|c| !is_ws(c)).unwrap_or(v.len());
+        let end = v.iter().rposition(|c| !is_ws(c)).map_or(start, |e| e + 1);
+        &v[start..end]
     }
 }
 

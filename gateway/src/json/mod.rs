@@ -560,7 +560,7 @@ pub fn find_members<const N: usize>(
     keys: [&str; N],
 ) -> Option<[Option<(usize, usize)>; N]> {
     let ws = |b: &[u8], mut i: usize| {
-        while let Some(b' ' | b'\n' | b'\r' | b'\t') = b.get(i) {
+        while b.get(i).is_some_and(|&c| is_ws(c)) {
             i += 1;
         }
         i
@@ -761,10 +761,10 @@ impl<S: Sink> Cursor<'_, '_, S> {
     fn ws(&mut self) {
         // Every whitespace byte is at most b' ': one comparison when there is none (the usual).
         while self.peek() <= b' ' {
-            match self.peek() {
-                b' ' | b'\n' | b'\r' | b'\t' => self.i += 1,
-                _ => return,
+            if !is_ws(self.peek()) {
+                return;
             }
+            self.i += 1;
         }
     }
 
@@ -991,6 +991,36 @@ impl<S: Sink> Cursor<'_, '_, S> {
 /// long one with memchr's vector search.
 pub fn string_end(data: &[u8], start: usize) -> Option<usize> {
     string_end_escaped(data, start).map(|(end, _)| end)
+}
+
+/// Whether `c` is whitespace as JSON allows it between tokens (space, tab, line feed, carriage
+/// return; not form feed, which `u8::is_ascii_whitespace` also counts).
+#[inline]
+pub fn is_ws(c: u8) -> bool {
+    matches!(c, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+/// The string literal at `start` of `frame`, when `frame` is `kept` but for another literal in the
+/// place of the one `kept` has at `start`: the bytes before `start` and the last `after` bytes of
+/// both are the same (what lies between the new literal's end and those last bytes is the
+/// caller's to check). Its end and text as [`plain_str`] gives them. A stream's frames differ
+/// from each other mostly in one string (a delta's text), so a frame is compared with the last
+/// one read whole instead of scanned: the bridged streams' readers (`decode::fast::Template`) and
+/// the native stream's copy (`dialect/native/repeat.rs`) both do it.
+pub fn literal_in_place<'a>(
+    kept: &[u8],
+    start: usize,
+    after: usize,
+    frame: &'a [u8],
+) -> Option<(usize, Option<&'a str>)> {
+    if kept.len() < start + after || frame.len() < start + after + 2 {
+        return None;
+    }
+    if frame[..start] != kept[..start] || frame[frame.len() - after..] != kept[kept.len() - after..]
+    {
+        return None;
+    }
+    plain_str(frame, start)
 }
 
 /// The string literal starting at `start`, as a stream's deltas usually are: *plain*, with no
@@ -1298,6 +1328,37 @@ mod tests {
         }
         assert_eq!(plain_str(b" \"a\"", 0), None);
         assert_eq!(plain_str(b" \"a\"", 1), Some((4, Some("a"))));
+    }
+
+    /// A frame is the kept one but for its literal in the kept literal's place only when the
+    /// bytes before that place and the kept tail are the same; the literal itself is read as
+    /// `plain_str` reads it, whatever its length.
+    #[test]
+    fn literal_in_place_compares_head_and_tail_and_reads_the_literal() {
+        let kept = br#"{"d":"ab","n":1}"#;
+        let (start, after) = (5, 7);
+        let read = |f: &'static [u8]| literal_in_place(kept, start, after, f);
+        assert_eq!(read(br#"{"d":"ab","n":1}"#), Some((9, Some("ab"))));
+        assert_eq!(read(br#"{"d":"","n":1}"#), Some((7, Some(""))));
+        assert_eq!(
+            read(br#"{"d":"a longer one","n":1}"#),
+            Some((19, Some("a longer one")))
+        );
+        assert_eq!(read(br#"{"d":"a\nb","n":1}"#), Some((11, None)));
+        // What lies between the literal and the tail is the caller's: here `,"n":1` again.
+        assert_eq!(read(br#"{"d":"x","n":1,"n":1}"#), Some((8, Some("x"))));
+        assert_eq!(read(br#"{"e":"ab","n":1}"#), None, "another head");
+        assert_eq!(read(br#"{"d":"ab","n":2}"#), None, "another tail");
+        assert_eq!(read(br#"{"d":7,"n":1}"#), None, "no literal in the place");
+        assert_eq!(read(br#"{"d":"n":1}"#), None, "too short for a literal");
+        assert_eq!(
+            literal_in_place(b"{}", 1, 5, b"{\"a\"}   "),
+            None,
+            "kept too short"
+        );
+        for c in 0..=255u8 {
+            assert_eq!(is_ws(c), b" \t\n\r".contains(&c), "{c}");
+        }
     }
 
     /// The shared head and tail are where a byte-by-byte walk finds them, wherever in the

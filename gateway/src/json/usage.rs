@@ -157,7 +157,7 @@ impl<'a> Scan<'a> {
         self.b.get(self.i).copied()
     }
     fn ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        while self.peek().is_some_and(super::is_ws) {
             self.i += 1;
         }
     }

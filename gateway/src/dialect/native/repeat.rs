@@ -25,7 +25,7 @@ pub(super) struct Repeat {
 }
 
 /// Where the kept frame varies.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy)]
 struct Varying {
     /// The string (quotes included): its start in the frame and in the copy, its end in the
     /// frame.
@@ -45,10 +45,7 @@ impl Repeat {
         let frame = &self.frame[..];
         let tail = v.number.map_or(v.end, |(_, e, _)| e);
         let after = frame.len() - tail;
-        if data.len() < v.start + after + 2 || data[..v.start] != frame[..v.start] {
-            return None;
-        }
-        let (end, text) = json::plain_str(data, v.start)?;
+        let (end, text) = json::literal_in_place(frame, v.start, after, data)?;
         text?;
         let fixed = data.len() - after;
         // The new integer's start, after the same bytes as in the kept frame.
@@ -63,9 +60,6 @@ impl Repeat {
                 Some(at)
             }
         };
-        if data[fixed..] != frame[tail..] {
-            return None;
-        }
         let copy = &self.copy[..];
         out.extend_from_slice(&copy[..v.copy_start]);
         out.extend_from_slice(&data[v.start..end]);
@@ -146,10 +140,6 @@ fn integer(digits: &[u8]) -> bool {
         && (digits[0] != b'0' || digits.len() == 1)
 }
 
-fn ws(c: u8) -> bool {
-    matches!(c, b' ' | b'\n' | b'\r' | b'\t')
-}
-
 /// Where `data` (a checked frame, `copy` its copy) varies when its bytes from `first` to `last`
 /// differ from the frame before: the string value that holds `first` past its opening quote,
 /// when the copy keeps it as it is (not a member name, not the value of a member the copy
@@ -169,12 +159,12 @@ fn varying(data: &[u8], copy: &[u8], first: usize, last: usize) -> Option<Varyin
         }
         before = Some((s, e));
     };
-    if data[end..].iter().find(|&&c| !ws(c)) == Some(&b':') {
+    if data[end..].iter().find(|&&c| !json::is_ws(c)) == Some(&b':') {
         return None;
     }
     if let Some((ns, ne)) = before {
         let between = &data[ne..start];
-        if between.iter().all(|&c| ws(c) || c == b':') && between.contains(&b':') {
+        if between.iter().all(|&c| json::is_ws(c) || c == b':') && between.contains(&b':') {
             let name = &data[ns + 1..ne - 1];
             if name == RENAMED.as_bytes() || name.contains(&b'\\') {
                 return None;
@@ -211,8 +201,8 @@ fn varying(data: &[u8], copy: &[u8], first: usize, last: usize) -> Option<Varyin
     if s == e || !integer(&data[s..e]) {
         return None;
     }
-    let before_number = data[end..s].iter().rev().find(|&&c| !ws(c));
-    let after_number = data[e..].iter().find(|&&c| !ws(c));
+    let before_number = data[end..s].iter().rev().find(|&&c| !json::is_ws(c));
+    let after_number = data[e..].iter().find(|&&c| !json::is_ws(c));
     if !matches!(before_number, Some(b':' | b',' | b'['))
         || !matches!(after_number, Some(b',' | b'}' | b']'))
     {
