@@ -17,10 +17,22 @@
 //! metric, access log, deadline or error in a dialect.
 //! So the gap between it and the gateway is the gateway's own work, and the gap between it and
 //! nginx is what hyper and tokio cost as the design keeps them (`bench/hyper-floor`).
+//!
+//! `HYPER_FLOOR_RELAY=one-task` relays a stream in one task instead of two: a request whose body
+//! asks for a stream (`"stream":true`) goes on a fresh upstream connection that no task of its
+//! own drives; the request's future drives it until the answer's head, and then the answer's body,
+//! polled by the client connection's task, drives it (`OneTask`), so a chunk is read and written
+//! in one poll of one task, as nginx reads and writes in one pass of its event loop. It measures
+//! what the second task costs (docs/bench-results/streams.md, "One task instead of two").
 
 use std::cell::RefCell;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,19 +41,107 @@ use gateway::http::pieces::UpBody;
 use gateway::serve::conn::ClientIo;
 use http::{Request, Response, StatusCode};
 use http_body_util::Either;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::SendRequest;
+use hyper::body::{Body, Frame, Incoming};
+use hyper::client::conn::http1::{Connection, SendRequest};
 use tokio::net::{TcpListener, TcpStream};
 
 type Error = Box<dyn std::error::Error>;
 
 /// An answer to the client: read whole, or the upstream's stream relayed as it comes.
-type Answer = Either<UpBody, Incoming>;
+/// (The two-task relay hands the server hyper's `Incoming` itself, as it always did.)
+type Answer = Either<UpBody, Either<Incoming, OneTask>>;
+
+/// A streamed answer and, in the one-task relay, the upstream connection it comes on, driven by
+/// whoever polls the body (the client connection's task) instead of a task of its own.
+struct OneTask {
+    body: Incoming,
+    conn: Option<Pin<Box<Connection<ClientIo, UpBody>>>>,
+    /// The waker the connection is polled with: it notes that the connection has something to
+    /// do before it wakes the client connection's task.
+    nudge: Arc<Nudge>,
+    waker: Waker,
+}
+
+/// Whether the upstream connection was woken since it last returned pending, and the task to
+/// wake. Without it, every poll of the body after a chunk would poll the connection again for
+/// nothing (hyper's server polls the body once more after each chunk it writes).
+struct Nudge {
+    woken: AtomicBool,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Wake for Nudge {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        if let Some(w) = self.task.lock().unwrap().as_ref() {
+            w.wake_by_ref();
+        }
+    }
+}
+
+impl OneTask {
+    fn new(body: Incoming, conn: Option<Pin<Box<Connection<ClientIo, UpBody>>>>) -> Self {
+        let nudge = Arc::new(Nudge {
+            woken: AtomicBool::new(true),
+            task: Mutex::new(None),
+        });
+        let waker = Waker::from(nudge.clone());
+        OneTask {
+            body,
+            conn,
+            nudge,
+            waker,
+        }
+    }
+}
+
+impl Body for OneTask {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let Some(conn) = this.conn.as_mut() else {
+            // The connection ended (its errors reach the body).
+            return Pin::new(&mut this.body).poll_frame(cx);
+        };
+        // The body's chunks come only from the connection polled here, so the body channel needs
+        // no waker of its own.
+        let mut quiet = Context::from_waker(Waker::noop());
+        if let Poll::Ready(f) = Pin::new(&mut this.body).poll_frame(&mut quiet) {
+            return Poll::Ready(f);
+        }
+        {
+            let mut task = this.nudge.task.lock().unwrap();
+            if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
+        }
+        if !this.nudge.woken.swap(false, Ordering::Acquire) {
+            return Poll::Pending;
+        }
+        match conn.as_mut().poll(&mut Context::from_waker(&this.waker)) {
+            Poll::Ready(_) => {
+                this.conn = None;
+                Pin::new(&mut this.body).poll_frame(cx)
+            }
+            Poll::Pending => Pin::new(&mut this.body).poll_frame(&mut quiet),
+        }
+    }
+}
 
 /// The worker's idle upstream connections, the most recently used last.
 struct Pool {
     upstream: String,
     idle: RefCell<Vec<SendRequest<UpBody>>>,
+    /// `HYPER_FLOOR_RELAY=one-task`: streams relayed in one task.
+    one_task: bool,
 }
 
 /// A body read whole, as the gateway reads its bodies (`read_all`: the one frame as it is).
@@ -79,6 +179,11 @@ impl Pool {
     async fn forward(&self, req: Request<Incoming>) -> Result<Response<Answer>, Error> {
         let (parts, body) = req.into_parts();
         let body = read_whole(body).await?;
+        if self.one_task && memchr::memmem::find(&body, b"\"stream\":true").is_some() {
+            return self
+                .stream_in_one_task(Request::from_parts(parts, UpBody::one(body)))
+                .await;
+        }
         let mut tx = self.connection().await?;
         let answer = tx
             .send_request(Request::from_parts(parts, UpBody::one(body)))
@@ -86,11 +191,39 @@ impl Pool {
         let (parts, body) = answer.into_parts();
         if !parts.headers.contains_key(http::header::CONTENT_LENGTH) {
             // A stream: relayed as it comes; its connection closes when it ends (`tx` dropped).
-            return Ok(Response::from_parts(parts, Either::Right(body)));
+            return Ok(Response::from_parts(
+                parts,
+                Either::Right(Either::Left(body)),
+            ));
         }
         let body = read_whole(body).await?;
         self.idle.borrow_mut().push(tx);
         Ok(Response::from_parts(parts, Either::Left(UpBody::one(body))))
+    }
+
+    /// A stream on a fresh connection that no task of its own drives: this future drives it
+    /// until the answer's head, the answer's body after that.
+    async fn stream_in_one_task(&self, req: Request<UpBody>) -> Result<Response<Answer>, Error> {
+        let stream = TcpStream::connect(&self.upstream).await?;
+        stream.set_nodelay(true)?;
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(io(stream)).await?;
+        let mut conn = Some(Box::pin(conn));
+        let mut answer = std::pin::pin!(tx.send_request(req));
+        let answer = std::future::poll_fn(|cx| {
+            if conn
+                .as_mut()
+                .is_some_and(|c| c.as_mut().poll(cx).is_ready())
+            {
+                conn = None;
+            }
+            answer.as_mut().poll(cx)
+        })
+        .await?;
+        let (parts, body) = answer.into_parts();
+        Ok(Response::from_parts(
+            parts,
+            Either::Right(Either::Right(OneTask::new(body, conn))),
+        ))
     }
 }
 
@@ -135,6 +268,7 @@ fn main() -> Result<(), Error> {
         let pool = Rc::new(Pool {
             upstream,
             idle: RefCell::new(Vec::new()),
+            one_task: std::env::var("HYPER_FLOOR_RELAY").is_ok_and(|v| v == "one-task"),
         });
         let mut http = hyper::server::conn::http1::Builder::new();
         http.keep_alive(true)
