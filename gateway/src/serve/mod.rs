@@ -13,6 +13,7 @@
 
 pub mod attempts;
 pub mod conn;
+mod native_body;
 pub mod paths;
 pub mod proxy;
 pub mod signals;

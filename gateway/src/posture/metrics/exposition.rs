@@ -489,9 +489,12 @@ mod tests {
         assert_eq!(again.index(0), l.index(0));
         let u = l.index(0);
         let (p, m) = registry().upstreams.lock().unwrap()[u as usize].clone();
-        attempt(u, AttemptOutcome::RetryableStatus);
-        fallback(u);
-        cooldown(u);
+        let a = Attempted {
+            upstream: u,
+            outcome: AttemptOutcome::RetryableStatus,
+            cooled: true,
+        };
+        attempt(a, true);
         retry_budget_exhausted();
         let text = render();
         let labels = format!("provider=\"{p}\",upstream_model=\"{m}\"");

@@ -317,23 +317,31 @@ impl UpstreamLabels {
 
 // --- recording (request path) ---
 
-/// One upstream attempt on the deployment labelled `upstream`.
+/// How one upstream attempt ended, as its counters see it (reported to the request's record,
+/// counted from it when the request ends).
+#[derive(Clone, Copy, Debug)]
+pub struct Attempted {
+    /// The deployment's (provider, upstream model) label.
+    pub upstream: u16,
+    pub outcome: AttemptOutcome,
+    /// It started the deployment's cooldown (repeated failures or its `retry-after`) on its
+    /// worker.
+    pub cooled: bool,
+}
+
+/// An attempt that ended; `fell_back`: another deployment was tried after it.
 #[inline]
-pub fn attempt(upstream: u16, outcome: AttemptOutcome) {
-    let u = (upstream as usize).min(NUPSTREAMS - 1);
-    with_shard(|s| bump(&s.attempts[u * NOUTCOMES + outcome as usize], 1));
-}
-
-/// A failed attempt on `upstream` that was followed by an attempt on another deployment.
-pub fn fallback(upstream: u16) {
-    let u = (upstream as usize).min(NUPSTREAMS - 1);
-    with_shard(|s| bump(&s.fallbacks[u], 1));
-}
-
-/// `upstream` started a cooldown (repeated failures or its `retry-after`) on one worker.
-pub fn cooldown(upstream: u16) {
-    let u = (upstream as usize).min(NUPSTREAMS - 1);
-    with_shard(|s| bump(&s.cooldowns[u], 1));
+pub fn attempt(a: Attempted, fell_back: bool) {
+    let u = (a.upstream as usize).min(NUPSTREAMS - 1);
+    with_shard(|s| {
+        bump(&s.attempts[u * NOUTCOMES + a.outcome as usize], 1);
+        if fell_back {
+            bump(&s.fallbacks[u], 1);
+        }
+        if a.cooled {
+            bump(&s.cooldowns[u], 1);
+        }
+    });
 }
 
 /// A retry that the worker's retry budget did not allow.
