@@ -1,12 +1,10 @@
 //! The export: every worker's buffer of encoded spans, and the exporter thread that takes them
 //! every [`EXPORT_EVERY`] and POSTs them behind the one resource and scope header, through the
-//! project's HTTP client for a thread of its own ([`crate::http::post`]).
+//! HTTP client of that thread ([`crate::http::post`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-use bytes::Bytes;
 
 use super::config::TracingConfig;
 use super::spans::{self, Finished};
@@ -27,12 +25,12 @@ static DROPPED: AtomicU64 = AtomicU64::new(0);
 static EXPORTED: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 
-/// Where the spans go, and the workers' buffers they wait in.
+/// The workers' buffers, and the way to ask the exporter thread for an export now.
 struct Exporter {
-    service_name: String,
-    /// Held for a whole export: the thread's and the one at shutdown take turns.
-    poster: Mutex<Poster>,
     buffers: Mutex<Vec<Arc<Mutex<Pending>>>>,
+    /// An export asked for outside the thread's rhythm (at shutdown): it answers on the sender
+    /// it is given once done.
+    now: Mutex<mpsc::Sender<mpsc::SyncSender<()>>>,
 }
 
 /// A worker's finished requests' spans, encoded, waiting for the exporter.
@@ -57,27 +55,45 @@ thread_local! {
     };
 }
 
-/// The export to `cfg`'s endpoint and its thread (once).
+/// Starts the exporter thread for `cfg` (once), its client made on it: an error making it (the
+/// endpoint) fails the start.
 pub(super) fn start(cfg: &TracingConfig) -> anyhow::Result<()> {
-    let poster = Poster::new(
-        cfg.endpoint.clone(),
-        "application/x-protobuf",
-        EXPORT_TIMEOUT,
-    )?;
+    let (now, asked) = mpsc::channel();
     let e = Exporter {
-        service_name: cfg.service_name.clone(),
-        poster: Mutex::new(poster),
         buffers: Mutex::new(Vec::new()),
+        now: Mutex::new(now),
     };
     if EXPORTER.set(e).is_err() {
         return Ok(());
     }
+    let cfg = cfg.clone();
+    let (made, ready) = mpsc::sync_channel(1);
     std::thread::Builder::new()
         .name("gw-traces".into())
-        .spawn(|| loop {
-            std::thread::sleep(EXPORT_EVERY);
-            export_once();
+        .spawn(move || {
+            let poster = Poster::new(&cfg.endpoint, "application/x-protobuf", EXPORT_TIMEOUT);
+            let poster = match poster {
+                Ok(p) => {
+                    let _ = made.send(Ok(()));
+                    p
+                }
+                Err(e) => {
+                    let _ = made.send(Err(e));
+                    return;
+                }
+            };
+            loop {
+                match asked.recv_timeout(EXPORT_EVERY) {
+                    Ok(done) => {
+                        export(&poster, &cfg.service_name);
+                        let _ = done.send(());
+                    }
+                    Err(mpsc::RecvTimeoutError::Timeout) => export(&poster, &cfg.service_name),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                }
+            }
         })?;
+    ready.recv()??;
     Ok(())
 }
 
@@ -106,16 +122,25 @@ pub fn finish(f: &Finished<'_>) {
     });
 }
 
-/// One export: every worker's buffer taken and sent behind the header, uncopied. Called by the
-/// exporter thread (and once at shutdown).
+/// An export now, by the exporter thread, waited for (at shutdown: what is still buffered).
 pub fn export_once() {
     let Some(e) = EXPORTER.get() else {
         return;
     };
-    let poster = e.poster.lock().unwrap();
+    let (done, finished) = mpsc::sync_channel(1);
+    if e.now.lock().unwrap().send(done).is_ok() {
+        let _ = finished.recv_timeout(EXPORT_EVERY + 2 * EXPORT_TIMEOUT);
+    }
+}
+
+/// One export: every worker's buffer taken, and the spans sent behind the one resource and scope
+/// header, in one body.
+fn export(poster: &Poster, service_name: &str) {
+    let Some(e) = EXPORTER.get() else {
+        return;
+    };
     let bufs: Vec<_> = e.buffers.lock().unwrap().clone();
-    // The header's place first; the buffers follow it as they are.
-    let (mut parts, mut len, mut spans) = (vec![Bytes::new()], 0, 0);
+    let (mut batch, mut len, mut spans) = (Vec::new(), 0, 0);
     for b in bufs {
         let mut g = b.lock().unwrap();
         if g.requests == 0 {
@@ -126,19 +151,23 @@ pub fn export_once() {
         let held = g.bytes.len();
         let cap = g.bytes.capacity().max(held + held / 2);
         len += held;
-        parts.push(Bytes::from(std::mem::replace(
-            &mut g.bytes,
-            Vec::with_capacity(cap),
-        )));
+        batch.push(std::mem::replace(&mut g.bytes, Vec::with_capacity(cap)));
         spans += g.spans;
         g.requests = 0;
         g.spans = 0;
     }
-    if parts.len() == 1 {
+    if batch.is_empty() {
         return;
     }
-    parts[0] = Bytes::from(spans::request_head(&e.service_name, len));
-    match poster.post(parts) {
+    // One body, as the upstream path's complete bodies are: the buffers copied once behind the
+    // header (off the request path, a few hundred bytes a request).
+    let mut body = spans::request_head(service_name, len);
+    body.reserve_exact(len);
+    for b in &batch {
+        body.extend_from_slice(b);
+    }
+    drop(batch);
+    match poster.post(&body) {
         Ok(()) => {
             EXPORTED.fetch_add(1, Ordering::Relaxed);
         }

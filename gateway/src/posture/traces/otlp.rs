@@ -3,7 +3,7 @@
 //! known before its message is written, short runs of fields written on the stack first
 //! ([`Small`]). What the spans say is in [`super::spans`].
 //!
-//! Hand-written rather than `opentelemetry-proto`'s prost types: see [`super::spans`] for the
+//! Hand-written rather than `opentelemetry-proto`'s prost types: [`super::spans`] has the
 //! measurement that decided it.
 
 pub(super) const LEN: u8 = 2;
