@@ -377,13 +377,11 @@ fn finish(i: &mut Facts) {
         tokens_out,
         tokens_cached: i.usage.cached.unwrap_or(0),
         rejected,
+        attempt: i.ended.map(|t| t.counted),
     });
     metrics::inflight_add(i.route, -1);
     for t in &i.failed {
-        metrics::attempt(t.counted, true);
-    }
-    if let Some(t) = &i.ended {
-        metrics::attempt(t.counted, false);
+        metrics::fallback(t.counted);
     }
     if i.retry_budget_exhausted {
         metrics::retry_budget_exhausted();

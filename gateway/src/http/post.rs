@@ -1,28 +1,21 @@
-//! POSTs from a thread of its own, outside the workers (the trace exporter), on `ureq`: a blocking
-//! client with keep-alive, each call blocking that thread until the answer is read or the
-//! deadline has passed.
+//! POSTs from a thread of its own, outside the workers (the trace exporter), on `minreq`: a
+//! blocking client on `std::net`, a connection per POST, each call blocking that thread until
+//! the answer has come or the deadline has passed.
 //!
-//! Not the upstream path's hyper client ([`crate::http::client`]): every part of hyper's client
-//! that a second user calls loses its single caller, and with it the inlining the optimizer gives
-//! a function called from one place. Measured on the board shape (plain release build, cachegrind,
-//! instructions per request; 35.2K before): the exporter on hyper_util's pooled client (a second
-//! instance of hyper's client, sharing its non-generic parts: the response parse, the request
-//! head, keep-alive) 35.4K, and on the upstream pool's own connections (`connect` and
-//! `try_send_request` called from here too) 35.5K; the chat stream's cost per event went from
-//! 5.1K to 5.7K with the first. `ureq` shares none of it.
-//!
-//! A kept connection is reused while it has been idle less than [`IDLE`]; a POST whose kept
-//! connection turns out broken is sent once more, on a new one. A peer that refuses the
-//! connection is not asked twice.
+//! Not the upstream path's hyper client ([`crate::http::client`]) nor any client that shares its
+//! code: every part of it that a second user calls loses its single caller, and with it the
+//! inlining the optimizer gives a function called from one place. Measured on the board shape
+//! (plain release build, cachegrind, instructions per request; 35.20K-35.22K before): the exporter
+//! on hyper_util's pooled client (a second instance of hyper's client, sharing its non-generic
+//! parts: the response parse, the request head, keep-alive) 35.43K-35.44K, and the chat stream's
+//! cost per event 5.13K -> 5.68K; on the upstream pool's own connections (`connect` and
+//! `try_send_request` called from here too) 35.53K; on `ureq`, whose response parse is httparse's
+//! as hyper's is, 35.42K (httparse's `Response::parse` outlined: +174). `minreq` parses its
+//! answers itself and depends on nothing.
 
 use std::time::Duration;
 
 use http::{StatusCode, Uri};
-use ureq::Agent;
-
-/// How long a kept connection may sit idle before the next POST opens another: below the idle
-/// timeouts collectors and proxies close connections at, so that a POST rarely meets one closing.
-const IDLE: Duration = Duration::from_secs(10);
 
 /// Why a POST failed.
 #[derive(Debug)]
@@ -30,7 +23,7 @@ pub enum PostError {
     /// The peer answered, not with a 2xx.
     Status(StatusCode),
     /// No connection, no answer in time, or it broke.
-    Failed(ureq::Error),
+    Failed(minreq::Error),
 }
 
 impl std::fmt::Display for PostError {
@@ -42,57 +35,38 @@ impl std::fmt::Display for PostError {
     }
 }
 
-/// POSTs to one URL.
+/// POSTs to one `http://` URL.
 pub struct Poster {
-    agent: Agent,
-    uri: Uri,
+    url: String,
     content_type: &'static str,
+    /// Whole seconds, as the client counts them (at least 1).
+    timeout_secs: u64,
 }
 
 impl Poster {
     /// A poster to `uri` of bodies of `content_type`, each POST (its connection included) given
-    /// `timeout`.
+    /// `timeout` (rounded up to whole seconds).
     pub fn new(uri: &Uri, content_type: &'static str, timeout: Duration) -> std::io::Result<Poster> {
-        let agent = Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            .max_idle_age(IDLE)
-            .max_idle_connections_per_host(1)
-            .build()
-            .new_agent();
         Ok(Poster {
-            agent,
-            uri: uri.clone(),
+            url: uri.to_string(),
             content_type,
+            timeout_secs: timeout.as_secs_f64().ceil().max(1.0) as u64,
         })
     }
 
-    /// POSTs `body`: `Ok` on a 2xx (its body read, so that the connection can be kept).
+    /// POSTs `body`: `Ok` on a 2xx.
     pub fn post(&self, body: &[u8]) -> Result<(), PostError> {
-        match self.post_once(body) {
-            Err(PostError::Failed(ureq::Error::Io(e)))
-                if e.kind() != std::io::ErrorKind::ConnectionRefused =>
-            {
-                self.post_once(body)
-            }
-            r => r,
-        }
-    }
-
-    fn post_once(&self, body: &[u8]) -> Result<(), PostError> {
-        let mut resp = self
-            .agent
-            .post(&self.uri)
-            .header("content-type", self.content_type)
-            .send(body)
+        let resp = minreq::post(self.url.as_str())
+            .with_header("content-type", self.content_type)
+            .with_body(body)
+            .with_timeout(self.timeout_secs)
+            .with_max_redirects(0)
+            .send()
             .map_err(PostError::Failed)?;
-        // A body that breaks off only costs the connection; the answer was given.
-        let _ = resp.body_mut().read_to_vec();
-        let status = resp.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(PostError::Status(status))
+        match StatusCode::from_u16(resp.status_code) {
+            Ok(s) if s.is_success() => Ok(()),
+            Ok(s) => Err(PostError::Status(s)),
+            Err(_) => Err(PostError::Status(StatusCode::BAD_GATEWAY)),
         }
     }
 }

@@ -396,6 +396,7 @@ mod tests {
             tokens_out: 5,
             tokens_cached: 0,
             rejected: None,
+            attempt: None,
         }
     }
 
@@ -494,7 +495,7 @@ mod tests {
             outcome: AttemptOutcome::RetryableStatus,
             cooled: true,
         };
-        attempt(a, true);
+        fallback(a);
         retry_budget_exhausted();
         let text = render();
         let labels = format!("provider=\"{p}\",upstream_model=\"{m}\"");

@@ -329,19 +329,22 @@ pub struct Attempted {
     pub cooled: bool,
 }
 
-/// An attempt that ended; `fell_back`: another deployment was tried after it.
-#[inline]
-pub fn attempt(a: Attempted, fell_back: bool) {
-    let u = (a.upstream as usize).min(NUPSTREAMS - 1);
+/// An attempt that ended and after which another deployment was tried (the request's last
+/// attempt is counted with its [`Sample`]).
+pub fn fallback(a: Attempted) {
     with_shard(|s| {
-        bump(&s.attempts[u * NOUTCOMES + a.outcome as usize], 1);
-        if fell_back {
-            bump(&s.fallbacks[u], 1);
-        }
-        if a.cooled {
-            bump(&s.cooldowns[u], 1);
-        }
+        count_attempt(s, a);
+        bump(&s.fallbacks[(a.upstream as usize).min(NUPSTREAMS - 1)], 1);
     });
+}
+
+#[inline]
+fn count_attempt(s: &Shard, a: Attempted) {
+    let u = (a.upstream as usize).min(NUPSTREAMS - 1);
+    bump(&s.attempts[u * NOUTCOMES + a.outcome as usize], 1);
+    if a.cooled {
+        bump(&s.cooldowns[u], 1);
+    }
 }
 
 /// A retry that the worker's retry budget did not allow.
@@ -394,6 +397,8 @@ pub struct Sample {
     pub tokens_out: u64,
     pub tokens_cached: u64,
     pub rejected: Option<(Scope, Kind)>,
+    /// The request's last upstream attempt, once it ended (the earlier ones: [`fallback`]).
+    pub attempt: Option<Attempted>,
 }
 
 pub fn record(x: &Sample) {
@@ -443,6 +448,9 @@ pub fn record(x: &Sample) {
         }
         if let Some(t) = x.first_token {
             obs(Hist::FirstToken, t);
+        }
+        if let Some(a) = x.attempt {
+            count_attempt(s, a);
         }
     })
 }
