@@ -59,7 +59,7 @@ pub(super) struct Facts {
     /// What it cost in nanodollars, when its deployment has a price (set when it finishes, or
     /// when a buffered answer's header is written).
     pub(super) cost: Option<u64>,
-    /// A sampled request's trace (`posture/traces.rs`).
+    /// A sampled request's trace (`posture/traces/`).
     pub(super) trace: Option<Box<Trace>>,
     pub(super) finished: bool,
 }
