@@ -16,12 +16,16 @@ pub const BUCKET: &str = r#"
 -- ARGV[4] share: a grant is at most what is left / share, and at least 1 while 1 is left, so
 --         that replicas' leases shrink to single units near the limit
 -- ARGV[5] the window the limit is per, microseconds (a minute; a spend budget's period)
+-- ARGV[6] units the replica admitted while it could not reach Redis (optional, default 0)
+-- ARGV[7] how long ago, microseconds, that began (optional): ARGV[6] is charged as of then
 -- Returns {granted, units left (floored), microseconds until 1 unit is left (0 when it is)}.
 local limit = tonumber(ARGV[1])
 local delta = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local share = tonumber(ARGV[4])
 local rate = limit / (tonumber(ARGV[5]) or 60000000)
+local owed = tonumber(ARGV[6]) or 0
+local owed_age = tonumber(ARGV[7]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local s = redis.call('HMGET', KEYS[1], 't', 'ts')
@@ -29,10 +33,22 @@ local left = tonumber(s[1])
 local ts = tonumber(s[2])
 if left == nil or ts == nil then
   left = limit
-elseif now > ts then
-  left = math.min(limit, left + (now - ts) * rate)
+  ts = now
 end
-left = math.min(limit, left + delta)
+if owed > 0 then
+  -- In GCRA form (one timestamp: when the bucket is full again) a charge as of a past moment
+  -- adds to that timestamp, or to the moment if it was later: the charges of several replicas
+  -- sum in any order, and an outage's admissions are paid from what refilled during it
+  -- rather than from a bucket already capped at the limit.
+  local full_at = ts + (limit - left) / rate
+  full_at = math.max(full_at, now - owed_age) + owed / rate
+  left = limit - (full_at - now) * rate
+  ts = now
+end
+if now > ts then
+  left = left + (now - ts) * rate
+end
+left = math.min(limit, math.min(limit, left) + delta)
 local grant = 0
 if want > 0 and left >= 1 then
   grant = math.min(want, math.max(1, math.floor(left / share)))
@@ -40,7 +56,7 @@ if want > 0 and left >= 1 then
 end
 redis.call('HSET', KEYS[1], 't', string.format('%.17g', left), 'ts', string.format('%.17g', now))
 -- Kept while it matters: until it would be full again, and a minute more.
-redis.call('PEXPIRE', KEYS[1], math.ceil((limit - left) / rate / 1000) + 60000)
+redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(0, limit - left) / rate / 1000) + 60000)
 local wait = 0
 if left < 1 then
   wait = math.ceil((1 - left) / rate)

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use super::lease::{RateLease, SlotLease};
+use super::lease::RateLease;
+use super::slot_lease::SlotLease;
 use super::limiter::{Gcra, Local};
 use super::policy::{Policy, Scope};
 
