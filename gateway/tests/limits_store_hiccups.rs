@@ -83,7 +83,11 @@ fn gateway(mock: SocketAddr, redis: &rs::Redis, prefix: &str, section: &str, p: 
 type Answers = Arc<Mutex<Vec<(Instant, u16, Value)>>>;
 
 /// `clients` keep-alive clients posting until stopped; a refused one pauses 20 ms.
-fn load(addr: SocketAddr, clients: usize, stop: &Arc<AtomicBool>) -> (Answers, Vec<std::thread::JoinHandle<()>>) {
+fn load(
+    addr: SocketAddr,
+    clients: usize,
+    stop: &Arc<AtomicBool>,
+) -> (Answers, Vec<std::thread::JoinHandle<()>>) {
     let answers: Answers = Arc::default();
     let body =
         serde_json::to_vec(&ps::chat("gpt", &"lorem ipsum dolor sit amet ".repeat(13))).unwrap();
@@ -101,7 +105,10 @@ fn load(addr: SocketAddr, clients: usize, stop: &Arc<AtomicBool>) -> (Answers, V
                         Some((s, _)) => (s, Value::Null),
                         None => (0, Value::Null),
                     };
-                    answers.lock().unwrap().push((Instant::now(), status, usage));
+                    answers
+                        .lock()
+                        .unwrap()
+                        .push((Instant::now(), status, usage));
                     if status != 200 {
                         std::thread::sleep(Duration::from_millis(20));
                     }
@@ -121,11 +128,22 @@ fn pauses_cost_their_length_and_are_paid_back(case: Case, section: &str, policy:
     let mock = common::start_mock();
     let redis = rs::Redis::start();
     let prefix = format!("hic-{}:", case.kind);
-    let kind_key = if section == "budgets" { "spend" } else { case.kind };
+    let kind_key = if section == "budgets" {
+        "spend"
+    } else {
+        case.kind
+    };
     let key = format!("{prefix}key:k:{kind_key}");
     let gw = gateway(mock.addr, &redis, &prefix, section, policy);
     let set_at = redis_now_us(&redis);
-    redis.cmd(&["HSET", &key, "t", &case.start.to_string(), "ts", &set_at.to_string()]);
+    redis.cmd(&[
+        "HSET",
+        &key,
+        "t",
+        &case.start.to_string(),
+        "ts",
+        &set_at.to_string(),
+    ]);
 
     let stop = Arc::new(AtomicBool::new(false));
     let (answers, threads) = load(gw.addr, 4, &stop);
@@ -181,8 +199,14 @@ fn pauses_cost_their_length_and_are_paid_back(case: Case, section: &str, policy:
         "{}: served {served} units, Redis was paid {paid:.1} (left {left:.1}); pauses: {report:#?}",
         case.kind
     );
-    assert!(answers.iter().all(|a| a.1 == 200 || a.1 == 429), "only 200 and 429");
-    assert!(answers.iter().any(|a| a.1 == 429), "the limit was never reached");
+    assert!(
+        answers.iter().all(|a| a.1 == 200 || a.1 == 429),
+        "only 200 and 429"
+    );
+    assert!(
+        answers.iter().any(|a| a.1 == 429),
+        "the limit was never reached"
+    );
     assert!(
         (paid - served).abs() <= 1.0 + served * 0.002,
         "{}: the clients were served {served} units, Redis was paid {paid:.1}",
@@ -190,9 +214,28 @@ fn pauses_cost_their_length_and_are_paid_back(case: Case, section: &str, policy:
     );
     // A pause is noticed when a call goes out during it (a lease that Redis said is empty until
     // later asks nothing).
-    let downs = ps::metric(&gw.scrape(), "gateway_limits_store_transitions_total{state=\"down\"}");
+    let downs = ps::metric(
+        &gw.scrape(),
+        "gateway_limits_store_transitions_total{state=\"down\"}",
+    );
     println!("{}: the store went down {downs:?} times", case.kind);
     assert!(downs.is_some_and(|n| n >= 1.0), "no pause was noticed");
+    // The round trips the gateway saw, the late answers (applied after the store went down)
+    // among them.
+    let m = gw.scrape();
+    let rtt = |s: &str| ps::metric(&m, s).unwrap_or(-1.0);
+    let count = rtt("gateway_limits_store_round_trip_seconds_count");
+    assert!(count >= 1.0, "{m}");
+    assert_eq!(
+        rtt("gateway_limits_store_round_trip_seconds_bucket{le=\"+Inf\"}"),
+        count
+    );
+    println!(
+        "{}: {count} round trips, longest {} s, {} answered late",
+        case.kind,
+        rtt("gateway_limits_store_round_trip_max_seconds"),
+        rtt("gateway_limits_store_late_answers_total")
+    );
     assert_eq!(gw.terminate(), Some(0));
 }
 
@@ -250,4 +293,167 @@ fn a_spend_budget_through_pauses() {
         "budgets",
         json!({"usd": 100, "period": "day"}),
     );
+}
+
+/// `scripts::BUCKET` with the owed units of replicas that could not reach Redis: the bucket (100
+/// a 100 ms window, one unit a millisecond) is emptied, then 300 ms later three replicas each
+/// owe 100 as of then. Charged as of the outage, the three hundred were what refilled in it:
+/// the bucket is empty again, not 200 in debt, whichever replica answers first.
+#[test]
+fn owed_units_are_paid_from_what_refilled_during_the_outage() {
+    let redis = rs::Redis::start();
+    let script = gateway::posture::limits::scripts::BUCKET;
+    let eval = |args: &[&str]| -> Vec<i64> {
+        let mut a = vec!["EVAL", script, "1", "owed:b"];
+        a.extend_from_slice(args);
+        redis
+            .cmd(&a)
+            .items()
+            .iter()
+            .map(|r| r.text().parse().unwrap())
+            .collect()
+    };
+    // limit, delta, want, share, window_us[, owed, owed_age_us]
+    assert_eq!(eval(&["100", "0", "100", "1", "100000"])[0], 100);
+    let (_, emptied) = bucket(&redis, "owed:b");
+    std::thread::sleep(Duration::from_millis(300));
+    for _ in 0..3 {
+        let age = (redis_now_us(&redis) as f64 - emptied).to_string();
+        eval(&["100", "0", "0", "4", "100000", "100", &age]);
+    }
+    let (left, at) = bucket(&redis, "owed:b");
+    // What refilled after the outage's 300 ms: the few milliseconds the calls took.
+    let after_ms = (at - emptied) / 1000.0 - 300.0;
+    println!("left {left:.1} units, {after_ms:.1} ms after the outage");
+    assert!(
+        left >= -1.0 && left <= after_ms + 1.0,
+        "left {left} (charged at the answer, capped at the limit: -200)"
+    );
+    // A gateway from before the owed arguments still calls it with five.
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(eval(&["100", "0", "5", "1", "100000"])[0] >= 1);
+}
+
+/// An upstream that holds a request whose body says "hold" until `release` is set.
+fn holding_upstream(release: Arc<AtomicBool>) -> common::RawUpstream {
+    common::raw_upstream(move |_, body, s| {
+        if String::from_utf8_lossy(body).contains("hold") {
+            while !release.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        common::write_json(s, 200, &rs::chat_completion());
+    })
+}
+
+/// `max_concurrent: 6` over 3 replicas: a part of 2. This replica holds all six slots from its
+/// lease when Redis stops: its fallback adds none, where it added its part (two more in flight)
+/// before issue 45.
+#[test]
+fn fallback_slots_count_the_ones_held_from_the_lease() {
+    let redis = rs::Redis::start();
+    let release = Arc::new(AtomicBool::new(false));
+    let up = holding_upstream(release.clone());
+    let store = json!({"url": redis.url(), "prefix": "slots:", "replicas": 3,
+                       "timeout_ms": TIMEOUT_MS});
+    let e = json!({"keys": [{"id": "k", "key_env": KEY_ENV.0}],
+                   "limits": {"models": {"gpt": {"max_concurrent": 6}}, "store": store}});
+    let gw = rs::replicas(1, up.addr, &e, &[KEY_ENV]).remove(0);
+    let hold = serde_json::to_vec(&ps::chat("gpt", "hold")).unwrap();
+    let held: Vec<_> = (0..6)
+        .map(|_| {
+            common::send_request(
+                gw.addr,
+                "POST",
+                "/v1/chat/completions",
+                &[
+                    ("content-type", "application/json"),
+                    ("x-api-key", KEY_ENV.1),
+                ],
+                &hold,
+            )
+        })
+        .collect();
+    let in_redis = || -> u64 {
+        redis
+            .cmd(&["HGETALL", "slots:model:gpt:concurrency"])
+            .pairs()
+            .iter()
+            .filter(|(k, _)| k.starts_with("c:"))
+            .map(|(_, v)| v.parse::<u64>().unwrap())
+            .sum()
+    };
+    assert!(rs::eventually(10, || in_redis() == 6));
+    let quick = || {
+        ps::post_with(
+            gw.addr,
+            "/v1/chat/completions",
+            &[("x-api-key", KEY_ENV.1)],
+            &ps::chat("gpt", "quick"),
+        )
+    };
+    redis.pause();
+    let during: Vec<_> = (0..3).map(|_| quick()).collect();
+    redis.resume();
+    for r in &during {
+        assert_eq!(r.status, 429, "a slot beyond the six held: {}", r.text());
+        assert!(r.text().contains("concurren"), "{}", r.text());
+    }
+    assert!(ps::metric(
+        &gw.scrape(),
+        "gateway_limits_store_fallback_total{decision=\"local\"}"
+    )
+    .is_some_and(|n| n >= 1.0));
+    release.store(true, Ordering::Relaxed);
+    drop(held);
+    assert!(rs::eventually(10, || quick().status == 200));
+    assert_eq!(gw.terminate(), Some(0));
+}
+
+/// The documented exception: Redis restarted empty starts the bucket full again. Over the run
+/// the clients are served at most what the bucket refilled, one more limit, and the units the
+/// lease held: the fallback's admissions while Redis was away are charged to the new bucket.
+#[test]
+fn redis_restarted_empty_grants_one_fresh_limit_at_most() {
+    let mock = common::start_mock();
+    let mut redis = rs::Redis::start();
+    let key = "restart:key:k:requests";
+    let gw = gateway(
+        mock.addr,
+        &redis,
+        "restart:",
+        "limits",
+        json!({"requests_per_minute": 600}),
+    );
+    redis.cmd(&[
+        "HSET",
+        key,
+        "t",
+        "0",
+        "ts",
+        &redis_now_us(&redis).to_string(),
+    ]);
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (answers, threads) = load(gw.addr, 4, &stop);
+    std::thread::sleep(Duration::from_millis(500));
+    redis.restart_empty();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let served = answers
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|a| a.1 == 200)
+        .count() as f64;
+    let refilled = 10.0 * started.elapsed().as_secs_f64();
+    println!(
+        "served {served} in {:?}: refill {refilled:.1} + one limit (600)",
+        started.elapsed()
+    );
+    assert!(served <= refilled + 600.0 + 5.0, "served {served}");
+    assert_eq!(gw.terminate(), Some(0));
 }

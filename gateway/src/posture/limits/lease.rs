@@ -59,7 +59,10 @@ pub enum Got {
 }
 
 /// A request's share of the wait for the store: returns `Got::Unavailable` past `deadline`.
-pub(super) async fn wait_answer(notified: impl Future<Output = ()>, deadline: tokio::time::Instant) -> bool {
+pub(super) async fn wait_answer(
+    notified: impl Future<Output = ()>,
+    deadline: tokio::time::Instant,
+) -> bool {
     tokio::time::timeout_at(deadline, notified).await.is_ok()
 }
 

@@ -82,11 +82,11 @@ use serde_json::Value;
 
 use crate::checker::Checker;
 use crate::posture::limits::clock::now_ns;
-use crate::posture::limits::upkeep::Leases;
 use crate::posture::limits::policy::{LimitsConfig, Policy};
 use crate::posture::limits::shared::Refused;
 use crate::posture::limits::state::PolicyState;
 use crate::posture::limits::store::{Store, StoreConfig};
+use crate::posture::limits::upkeep::Leases;
 
 pub use admission::Admission;
 pub use policy::{Kind, Scope};

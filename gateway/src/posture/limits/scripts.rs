@@ -8,7 +8,9 @@ pub const BUCKET: &str = r#"
 -- hash KEYS[1] = {t = units left, ts = when, in microseconds of Redis' own TIME}. A new bucket is
 -- full (the limit); it refills continuously at the limit per minute up to the limit, and may go
 -- below zero (tokens are charged after the fact), which later grants wait out: the local
--- limiter's GCRA with a one-minute burst, in the form Redis can hold.
+-- limiter's GCRA with a one-minute burst, in the form Redis can hold. While it sits full, what
+-- would refill is lost to the cap; {ff, ft} keep the last span it sat full, for units owed from
+-- that span (ARGV[6]).
 --
 -- ARGV[1] the limit per minute
 -- ARGV[2] units given back (> 0) or charged (< 0) before granting
@@ -28,33 +30,52 @@ local owed = tonumber(ARGV[6]) or 0
 local owed_age = tonumber(ARGV[7]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local s = redis.call('HMGET', KEYS[1], 't', 'ts')
+local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'ff', 'ft')
 local left = tonumber(s[1])
 local ts = tonumber(s[2])
+local ff = tonumber(s[3])
+local ft = tonumber(s[4])
 if left == nil or ts == nil then
   left = limit
   ts = now
-end
-if owed > 0 then
-  -- In GCRA form (one timestamp: when the bucket is full again) a charge as of a past moment
-  -- adds to that timestamp, or to the moment if it was later: the charges of several replicas
-  -- sum in any order, and an outage's admissions are paid from what refilled during it
-  -- rather than from a bucket already capped at the limit.
-  local full_at = ts + (limit - left) / rate
-  full_at = math.max(full_at, now - owed_age) + owed / rate
-  left = limit - (full_at - now) * rate
-  ts = now
+  ff = nil
+  ft = nil
 end
 if now > ts then
-  left = left + (now - ts) * rate
+  local full_at = ts + (limit - left) / rate
+  if full_at < now then
+    -- Full from full_at to now; a span that went on since the last call keeps its start.
+    if not (ft == ts and left >= limit) then
+      ff = full_at
+    end
+    ft = now
+  end
+  left = math.min(limit, left + (now - ts) * rate)
 end
-left = math.min(limit, math.min(limit, left) + delta)
+if owed > 0 then
+  -- Charged as of the outage's start: what refilled while the bucket sat full since then (lost
+  -- to the cap) pays first, so that the replicas' owed units add up to what they admitted
+  -- against what refilled, whichever answers first (a GCRA's charge as of a past moment).
+  if ff ~= nil and ft ~= nil then
+    local from = math.max(ff, now - owed_age)
+    if from < ft then
+      local paid = math.min(owed, (ft - from) * rate)
+      owed = owed - paid
+      ff = from + paid / rate
+    end
+  end
+  left = left - owed
+end
+left = math.min(limit, left + delta)
 local grant = 0
 if want > 0 and left >= 1 then
   grant = math.min(want, math.max(1, math.floor(left / share)))
   left = left - grant
 end
 redis.call('HSET', KEYS[1], 't', string.format('%.17g', left), 'ts', string.format('%.17g', now))
+if ff ~= nil and ft ~= nil then
+  redis.call('HSET', KEYS[1], 'ff', string.format('%.17g', ff), 'ft', string.format('%.17g', ft))
+end
 -- Kept while it matters: until it would be full again, and a minute more.
 redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(0, limit - left) / rate / 1000) + 60000)
 local wait = 0

@@ -14,10 +14,10 @@ use super::limiter::Local;
 use super::local::PARTS;
 use super::policy::Kind;
 use super::response::Rejection;
+use super::slot_lease::SlotLease;
 use super::state::{
     PolicyState, Shared, REQ_LEASE, REQ_LOCAL, SLOT_LEASE, SLOT_LOCAL, TOK_LEASE, TOK_LOCAL,
 };
-use super::slot_lease::SlotLease;
 use super::store::{self, OnError, Store};
 use super::upkeep::Leases;
 

@@ -48,8 +48,8 @@ use redis::IntoConnectionInfo;
 use tokio::sync::Notify;
 
 use super::clock::now_ns;
-use super::store_stats::{self as stats, CallEnd};
 pub use super::store_config::{OnError, StoreConfig};
+use super::store_stats::{self as stats, CallEnd};
 pub use super::store_stats::{count_fallback, count_wait, stats, StatsView, ROUND_TRIP_BOUNDS_US};
 
 const STARTING: u8 = 0;
@@ -439,4 +439,3 @@ fn replica_id() -> String {
     }
     format!("{:016x}", h.finish())
 }
-

@@ -214,13 +214,17 @@ fn an_outage_admits_what_the_part_refills_while_it_lasts_not_a_full_bucket() {
     assert_eq!(offered(&fb, t0, t0 + 3 * S, 1_000_000), 9);
     // The local limiter of the same part, as the fallback was before: a full bucket.
     assert_eq!(
-        (0..300).filter(|_| fb.take(Kind::Requests, t0).is_ok()).count(),
+        (0..300)
+            .filter(|_| fb.take(Kind::Requests, t0).is_ok())
+            .count(),
         0,
         "the fallback's state carries on"
     );
     let fresh = fallback(r#"{"requests_per_minute":600}"#);
     assert_eq!(
-        (0..300).filter(|_| fresh.take(Kind::Requests, t0).is_ok()).count(),
+        (0..300)
+            .filter(|_| fresh.take(Kind::Requests, t0).is_ok())
+            .count(),
         200
     );
 }
@@ -238,7 +242,10 @@ fn flapping_admits_no_more_than_the_outages_total_length() {
     }
     let bound = down / 300_000_000;
     assert!(admitted <= bound, "{admitted} admitted over {down} ns down");
-    assert_eq!(admitted, 20, "one an outage: 450 ms holds one part's unit, not two");
+    assert_eq!(
+        admitted, 20,
+        "one an outage: 450 ms holds one part's unit, not two"
+    );
     // The local limiter before: a full bucket at the first outage, refilled while up.
     let (mut t, mut before) = (100 * S, 0);
     let old = fallback(r#"{"requests_per_minute":600}"#);

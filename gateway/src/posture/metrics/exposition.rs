@@ -320,7 +320,10 @@ fn render_round_trips(o: &mut String, st: &crate::posture::limits::store::StatsV
     let _ = writeln!(o, "{name}_sum {}", st.round_trip_sum.as_secs_f64());
     let _ = writeln!(o, "{name}_count {cum}");
     let max = "gateway_limits_store_round_trip_max_seconds";
-    let _ = writeln!(o, "# HELP {max} The longest round trip to the rate-limit store so far.");
+    let _ = writeln!(
+        o,
+        "# HELP {max} The longest round trip to the rate-limit store so far."
+    );
     let _ = writeln!(o, "# TYPE {max} gauge");
     let _ = writeln!(o, "{max} {}", st.round_trip_max.as_secs_f64());
 }
