@@ -42,6 +42,9 @@ use crate::posture::limits::store::{Store, Unanswered};
 pub const HORIZON: Duration = Duration::from_millis(100);
 /// A grant is at most 1/SHARE of what is left in Redis.
 pub const SHARE: i64 = 4;
+/// How long a dropped lease (a reload) waits for a store that is down to hand back what it
+/// holds and owes.
+const DROPPED_WAIT: Duration = Duration::from_secs(10);
 
 static BUCKET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(scripts::BUCKET));
 
@@ -419,11 +422,15 @@ impl Drop for RateLease {
         if b == 0 && charge == 0 {
             return;
         }
-        let age_us = now_ns().saturating_sub(*self.owed_since.get_mut()) / 1000;
+        let since = *self.owed_since.get_mut();
         let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
         let (per_minute, window_us) = (self.per_minute, self.window_us);
         self.store.spawn(async move {
+            // A reload during an outage: what is owed waits a while for the store to be back.
+            if !store.is_up() {
+                let _ = tokio::time::timeout(DROPPED_WAIT, store.reconnected()).await;
+            }
             let mut inv = BUCKET.prepare_invoke();
             inv.key(&key)
                 .arg(per_minute)
@@ -432,7 +439,7 @@ impl Drop for RateLease {
                 .arg(SHARE)
                 .arg(window_us)
                 .arg(charge)
-                .arg(age_us);
+                .arg(now_ns().saturating_sub(since) / 1000);
             let _ = store.call(&inv).await;
         });
     }
