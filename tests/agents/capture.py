@@ -17,8 +17,10 @@ a placeholder), every body path (`messages[].content[].cache_control`; arrays as
 tool schemas and tool-call arguments left opaque), the `type` (and message `role`) values seen
 at each path, each tool type's fields, the scalar settings' values, and the requests themselves
 (long strings cut, schemas elided). tests/agents/test_captures.py reads them against
-docs/translation-policy.md (tests/agents/parts.py names the parts). A new agent version: bump it
-in package.json, `npm install --save-exact` there, run this, commit the new directory.
+docs/translation-policy.md (tests/agents/parts.py names the parts). A new agent version: in
+tests/agents `npm install --save-exact @anthropic-ai/claude-code@VERSION` (or @openai/codex), run
+this, commit the new directory. An older version's captures stay and stay covered; to capture one
+without changing the lockfile: `npm install --no-save PACKAGE@VERSION`, run this, `npm ci`.
 """
 
 import http.client
