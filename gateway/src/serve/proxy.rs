@@ -17,6 +17,7 @@ use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
 use crate::posture::limits::Admit;
 use crate::posture::traces;
+use crate::provider::forward::{self, Forwarded};
 use crate::serve::attempts;
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
@@ -65,20 +66,27 @@ struct HeadChecks {
     /// (name, value, `: ` and CRLF).
     size: usize,
     content_type: Result<(), GwError>,
+    /// The client's headers that belong to an upstream's API (`provider/forward.rs`); boxed
+    /// when there are any, so that a request without them carries one pointer.
+    forwarded: Option<Box<Forwarded>>,
 }
 
 impl<'a> ClientHead<'a> {
     fn of(req: &'a Request<Incoming>) -> Self {
         let mut size = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         let (mut content_type, mut request_id, mut traceparent) = (None, None, None);
+        let mut forwarded: Option<Box<Forwarded>> = None;
         for (k, v) in req.headers() {
-            size += k.as_str().len() + v.len() + 4;
+            let name = k.as_str();
+            size += name.len() + v.len() + 4;
             if *k == http::header::CONTENT_TYPE {
                 content_type.get_or_insert(v);
             } else if *k == X_REQUEST_ID {
                 request_id.get_or_insert(v);
             } else if *k == traces::TRACEPARENT {
                 traceparent.get_or_insert(v);
+            } else if let Some(a) = forward::allowed(name) {
+                forwarded.get_or_insert_with(Box::default).note(a, v);
             }
         }
         ClientHead {
@@ -87,6 +95,7 @@ impl<'a> ClientHead<'a> {
             checks: HeadChecks {
                 size,
                 content_type: check_content_type(content_type),
+                forwarded,
             },
         }
     }
@@ -139,6 +148,10 @@ async fn run(
     rec.set_caller(&caller);
     checks.content_type?;
     let (parts, body) = req.into_parts();
+    let mut forwarded = checks.forwarded;
+    if let Some(f) = forwarded.as_mut().filter(|f| f.repeated()) {
+        f.join_lines(&parts.headers);
+    }
     let limit = snap.max_body_bytes;
     let timeout = snap.body_read_timeout;
     let body = match body::read_all(body, limit, || tokio::time::Instant::now() + timeout).await {
@@ -206,6 +219,7 @@ async fn run(
         stream_options: body_head.stream_options,
         stream,
         route,
+        forwarded,
         // The client's headers are no longer needed: their map carries the upstream request's.
         headers: Cell::new(parts.headers),
     };
