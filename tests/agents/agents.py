@@ -66,12 +66,12 @@ def claude_argv(model, prompt, mode):
     return argv
 
 
-def run_claude(base_url, model, prompt, workdir, mode, timeout=120):
+def run_claude(base_url, model, prompt, workdir, mode, timeout=120, extra_env=None):
     home = workdir.parent / "home"
     home.mkdir(exist_ok=True)
     env = offline_env(home)
     env.update(ANTHROPIC_BASE_URL=base_url, ANTHROPIC_API_KEY="sk-client",
-               CLAUDE_CONFIG_DIR=str(home / ".claude"))
+               CLAUDE_CONFIG_DIR=str(home / ".claude"), **(extra_env or {}))
     return subprocess.run(claude_argv(model, prompt, mode), cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -84,7 +84,7 @@ def codex_argv(prompt, mode):
     return [str(BIN / "codex"), "exec", "--skip-git-repo-check", *flags[mode], prompt]
 
 
-def run_codex(base_url, model, prompt, workdir, mode, timeout=120):
+def run_codex(base_url, model, prompt, workdir, mode, timeout=120, extra_env=None):
     """BASE_URL is the server's root; Codex is given BASE_URL/v1 and speaks Responses to it."""
     home = workdir.parent / "home"
     codex_home = home / ".codex"
@@ -104,14 +104,14 @@ stream_max_retries = 0
 enabled = false
 """)
     env = offline_env(home)
-    env.update(CODEX_HOME=str(codex_home), GATEWAY_KEY="sk-client")
+    env.update(CODEX_HOME=str(codex_home), GATEWAY_KEY="sk-client", **(extra_env or {}))
     return subprocess.run(codex_argv(prompt, mode), cwd=workdir, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
-def run(agent, base_url, model, prompt, workdir, mode, timeout=120):
+def run(agent, base_url, model, prompt, workdir, mode, timeout=120, extra_env=None):
     runner = {"claude": run_claude, "codex": run_codex}[agent]
-    return runner(base_url, model, prompt, workdir, mode, timeout)
+    return runner(base_url, model, prompt, workdir, mode, timeout, extra_env)
 
 
 def tool_call(agent, mode, workdir):
