@@ -35,9 +35,13 @@ impl Allowed {
     }
 }
 
-/// Whether a header (its lowercase name, as hyper keeps it) is on the allow-list.
+/// Whether a header (its lowercase name, as hyper keeps it) is on the allow-list. The first byte
+/// settles most headers (`host`, `content-length`, `connection`) without a comparison of names.
 #[inline]
 pub fn allowed(name: &str) -> Option<Allowed> {
+    if !matches!(name.as_bytes().first(), Some(b'a' | b'o' | b'x')) {
+        return None;
+    }
     match name {
         "anthropic-beta" => Some(Allowed::AnthropicBeta),
         "anthropic-version" => Some(Allowed::AnthropicVersion),

@@ -30,6 +30,7 @@ pub async fn handle(
     let ClientHead {
         request_id,
         traceparent,
+        forwarded,
         checks,
     } = ClientHead::of(&req);
     let mut rec = Record::start(dialect, request_id);
@@ -39,7 +40,7 @@ pub async fn handle(
     if traces::enabled() {
         rec.trace(traceparent);
     }
-    let resp = match run(client, &snap, dialect, req, checks, &mut rec).await {
+    let resp = match run(client, &snap, dialect, req, checks, forwarded, &mut rec).await {
         Ok(r) => r,
         Err(e) => {
             rec.set_error(&e);
@@ -56,6 +57,9 @@ struct ClientHead<'a> {
     request_id: Option<&'a HeaderValue>,
     /// The client's `traceparent`, if any (the first), for traces.
     traceparent: Option<&'a HeaderValue>,
+    /// The client's headers that belong to an upstream's API (`provider/forward.rs`); boxed
+    /// when there are any, so that a request without them carries one pointer.
+    forwarded: Option<Box<Forwarded>>,
     checks: HeadChecks,
 }
 
@@ -66,9 +70,6 @@ struct HeadChecks {
     /// (name, value, `: ` and CRLF).
     size: usize,
     content_type: Result<(), GwError>,
-    /// The client's headers that belong to an upstream's API (`provider/forward.rs`); boxed
-    /// when there are any, so that a request without them carries one pointer.
-    forwarded: Option<Box<Forwarded>>,
 }
 
 impl<'a> ClientHead<'a> {
@@ -92,10 +93,10 @@ impl<'a> ClientHead<'a> {
         ClientHead {
             request_id,
             traceparent,
+            forwarded,
             checks: HeadChecks {
                 size,
                 content_type: check_content_type(content_type),
-                forwarded,
             },
         }
     }
@@ -141,6 +142,7 @@ async fn run(
     dialect: Dialect,
     req: Request<Incoming>,
     checks: HeadChecks,
+    mut forwarded: Option<Box<Forwarded>>,
     rec: &mut Record,
 ) -> Result<GwResponse, GwError> {
     check_head_size(checks.size, snap.max_header_bytes)?;
@@ -148,7 +150,6 @@ async fn run(
     rec.set_caller(&caller);
     checks.content_type?;
     let (parts, body) = req.into_parts();
-    let mut forwarded = checks.forwarded;
     if let Some(f) = forwarded.as_mut().filter(|f| f.repeated()) {
         f.join_lines(&parts.headers);
     }
