@@ -11,12 +11,16 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
-/// A POST with one `x-padding` header of `pad` bytes; write errors are ignored (the gateway may
-/// close before reading it all) and whatever answer came is parsed.
+/// A POST of a valid request of `path`'s dialect with one `x-padding` header of `pad` bytes;
+/// write errors are ignored (the gateway may close before reading it all) and whatever answer
+/// came is parsed.
 fn padded(addr: std::net::SocketAddr, path: &str, pad: usize) -> Resp {
-    let body = serde_json::to_vec(&json!({"model": "gpt", "max_tokens": 8,
-        "messages": [{"role": "user", "content": "hi"}]}))
-    .unwrap();
+    let body = if path == "/v1/responses" {
+        json!({"model": "gpt", "max_output_tokens": 8, "input": "hi"})
+    } else {
+        json!({"model": "gpt", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
+    };
+    let body = serde_json::to_vec(&body).unwrap();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let head = format!(

@@ -136,10 +136,11 @@ fn assert_served(gw: &ps::Gw, statuses: &[u16], slowest: Duration, also_sent: us
 fn unreachable_at_start_then_shared_once_it_answers() {
     let mock = common::start_mock();
     let port = rs::free_port();
+    let started = Instant::now();
     let gw = one_gateway(
         mock.addr,
         &extra(
-            json!({"keys": {"k": {"requests_per_minute": 30}}}),
+            json!({"keys": {"k": {"requests_per_minute": 600}}}),
             store_at(port, "f1:", json!({"timeout_ms": 100})),
         ),
     );
@@ -151,16 +152,32 @@ fn unreachable_at_start_then_shared_once_it_answers() {
     );
     assert!(log.has(&gw, "on_store_error=local (local limits divided by 3"));
     assert_eq!(metric(&gw, "gateway_limits_store_up"), 0.0);
-    // The fallback: 30 per minute over 3 replicas is 10 here.
-    let statuses: Vec<u16> = (0..12).map(|_| post(&gw).status).collect();
-    assert_eq!(statuses[..10], [200; 10], "{statuses:?}");
-    assert_eq!(statuses[10..], [429; 2], "{statuses:?}");
+    // The fallback: 600 a minute over 3 replicas is one every 300 ms here, refilled from the
+    // outage's start (the first attempt to connect), not a full bucket of 200.
+    let statuses: Vec<u16> = (0..40)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(25));
+            post(&gw).status
+        })
+        .collect();
+    let admitted = statuses.iter().filter(|s| **s == 200).count() as f64;
+    let refilled = started.elapsed().as_secs_f64() / 0.3;
+    assert!(admitted >= 1.0, "the fallback never refilled: {statuses:?}");
+    assert!(
+        admitted <= refilled.floor() + 1.0,
+        "{admitted} admitted in {:?}: {statuses:?}",
+        started.elapsed()
+    );
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
     assert_eq!(
         metric(
             &gw,
             "gateway_limits_store_fallback_total{decision=\"local\"}"
         ),
-        12.0
+        40.0
     );
 
     let redis = rs::Redis::start_with(port, &[]);
@@ -174,11 +191,11 @@ fn unreachable_at_start_then_shared_once_it_answers() {
         metric(&gw, "gateway_limits_store_transitions_total{state=\"up\"}"),
         1.0
     );
-    // Shared now: the bucket in Redis is new and full.
+    // Shared now: the bucket in Redis is new and full, charged what the fallback admitted.
     let r = post(&gw);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(redis.keys("f1:"), ["f1:key:k:requests"]);
-    assert_eq!(ps::log_lines(&rs::access_log_of(&gw), 13).len(), 13);
+    assert_eq!(ps::log_lines(&rs::access_log_of(&gw), 41).len(), 41);
     assert_eq!(gw.terminate(), Some(0));
 }
 

@@ -639,7 +639,7 @@ fn images_reach_the_other_dialects_upstream_and_untranslatable_parts_are_refused
         "/v1/chat/completions",
         &json!({"model": "claude", "messages": [{"role": "user", "content": [
             {"type": "text", "text": "what is it?"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}}]}]}),
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "auto"}}]}]}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
     let (_, body) = up.requests.recv().unwrap();
@@ -681,6 +681,17 @@ fn images_reach_the_other_dialects_upstream_and_untranslatable_parts_are_refused
     );
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(assert_error_shape("/v1/chat/completions", &r).contains("\"input_audio\""));
+    // An image's resolution other than `auto` has no counterpart either.
+    let r = post(
+        gw.addr,
+        "/v1/chat/completions",
+        &json!({"model": "claude", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "https://e.com/i.png", "detail": "low"}}]}]}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(assert_error_shape("/v1/chat/completions", &r).contains(
+        "messages[].content[].image_url.detail (at messages[0].content[0].image_url.detail)"
+    ));
     assert!(
         up.requests.try_recv().is_err(),
         "a refused request reached the upstream"

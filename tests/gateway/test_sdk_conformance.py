@@ -354,7 +354,7 @@ PNG_DATA_URL = f"data:image/png;base64,{PNG_B64}"
 def test_chat_with_image(openai_client, model):
     r = openai_client.chat.completions.create(model=model, messages=[{"role": "user", "content": [
         {"type": "text", "text": "What is this? [[mock:frames:2]]"},
-        {"type": "image_url", "image_url": {"url": PNG_DATA_URL, "detail": "low"}}]}])
+        {"type": "image_url", "image_url": {"url": PNG_DATA_URL, "detail": "auto"}}]}])
     assert r.choices[0].message.content == expected(2)
 
 

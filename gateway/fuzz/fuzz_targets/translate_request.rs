@@ -11,9 +11,15 @@ fuzz_target!(|data: &[u8]| {
     let (gpt, claude) = routes();
     for client in DIALECTS {
         for (up, route) in [(Dialect::Chat, gpt), (Dialect::Messages, claude)] {
-            let model = &route.deployments[0].upstream_json;
+            let target = translate::Target {
+                dialect: up,
+                model_json: &route.deployments[0].upstream_json,
+                max_tokens: route.deployments[0].provider.max_tokens_field,
+            };
+            // The betas Claude Code sends, and one a chat upstream has no counterpart for.
+            let betas = b"claude-code-20250219,context-1m-2025-08-07";
             for drop in [&[][..], &route.drop[..]] {
-                match translate::request(client, up, data, model, drop) {
+                match translate::request(client, &target, data, Some(betas), drop) {
                     Ok((body, _t)) => {
                         serde_json::from_slice::<serde_json::Value>(&body)
                             .expect("translated body is JSON");

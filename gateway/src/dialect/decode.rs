@@ -9,7 +9,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Image, Part, Role, Text, Tool, ToolChoice};
+use crate::dialect::members::{path_of, Rest};
+use crate::dialect::neutral::{Image, Part, Request, Role, Text, Tool, ToolChoice};
 
 /// For optional string fields: borrows from the input unless the string contains escapes.
 /// serde borrows only for a field typed exactly `Cow<str>`; through `Option` it would allocate
@@ -232,12 +233,33 @@ pub struct ContentPart<'a> {
     image_url: Option<&'a RawValue>,
     #[serde(default, borrow)]
     refusal: Option<&'a RawValue>,
+    /// Responses: an image's resolution (`auto`, the default, asks nothing).
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    detail: Option<Cow<'a, str>>,
+    #[serde(flatten)]
+    rest: Rest,
 }
+
+/// Members of an earlier answer's text part (`output_text`) that describe that answer (the text is
+/// what crosses), and `file_id`, which the image branch refuses with its reason.
+const ANSWER_ECHO: &[&str] = &["annotations", "logprobs", "file_id"];
 
 #[derive(Deserialize)]
 pub struct ChatImageUrl<'a> {
     #[serde(borrow)]
     url: &'a RawValue,
+    #[serde(default, borrow, deserialize_with = "opt_cow")]
+    detail: Option<Cow<'a, str>>,
+    #[serde(flatten)]
+    rest: Rest,
+}
+
+/// An image's `detail` (the resolution OpenAI reads it at): `auto`, the default, asks nothing;
+/// another has no counterpart upstream (part `{path}.detail`).
+fn note_detail(r: &mut Request<'_>, detail: Option<&str>, path: &str, at: &dyn Fn() -> String) {
+    if detail.is_some_and(|d| d != "auto") {
+        r.unmapped(format!("{path}.detail"), || format!("{}.detail", at()));
+    }
 }
 
 /// `data:<media type>;base64,<data>` → (media type, data).
@@ -273,12 +295,14 @@ pub fn untranslatable(what: &str, kind: &str) -> GwError {
     ))
 }
 
-/// Parts of a content value that is a string, null, or an array of OpenAI content parts. Images
-/// are taken only where `images` (user turns); any other part without a translation is refused
-/// with a 400 naming it, never dropped.
+/// Parts of a content value at `at` (`messages[2].content`) that is a string, null, or an array
+/// of OpenAI content parts. Images are taken only where `images` (user turns); a part without a
+/// translation is refused with a 400 naming it; a member of a part with no counterpart is noted
+/// under its path (`messages[].content[].image_url.detail`).
 pub fn parts<'a>(
+    r: &mut Request<'a>,
     raw: Option<&'a RawValue>,
-    what: &str,
+    at: &str,
     images: bool,
 ) -> Result<Vec<Part<'a>>, GwError> {
     let Some(raw) = raw else {
@@ -289,56 +313,71 @@ pub fn parts<'a>(
         Some(b'"') => Ok(vec![Part::Text(Text::Lit(s))]),
         Some(b'n') => Ok(Vec::new()),
         Some(b'[') => {
-            let list: Vec<ContentPart<'a>> = from_json(s, || what.to_owned())?;
+            let list: Vec<ContentPart<'a>> = from_json(s, || at.to_owned())?;
+            let path = format!("{}[]", path_of(at));
             let mut out = Vec::with_capacity(list.len());
-            for p in list {
-                let kind = p.kind.as_deref();
-                match kind {
+            for (j, p) in list.into_iter().enumerate() {
+                let place = || format!("{at}[{j}]");
+                p.rest.note(r, &path, &place, ANSWER_ECHO);
+                note_detail(r, p.detail.as_deref(), &path, &place);
+                match p.kind.as_deref() {
                     None | Some("text" | "input_text" | "output_text") => {
                         if let Some(t) = p.text {
-                            out.push(Part::Text(lit(t, what)?));
+                            out.push(Part::Text(lit(t, at)?));
                         }
                     }
                     Some("refusal") => {
                         if let Some(t) = p.refusal {
-                            out.push(Part::Text(lit(t, what)?));
+                            out.push(Part::Text(lit(t, at)?));
                         }
                     }
                     Some(k @ ("image_url" | "input_image")) => {
                         if !images {
                             return Err(bad(format!(
-                                "{what}: images are translated only in user messages"
+                                "{}: images are translated only in user messages",
+                                place()
                             )));
                         }
                         let url = match p.image_url {
                             Some(u) if u.get().starts_with('{') => {
-                                let u: ChatImageUrl =
-                                    from_json(u.get(), || format!("{what}.image_url"))?;
+                                let place = || format!("{at}[{j}].image_url");
+                                let u: ChatImageUrl = from_json(u.get(), place)?;
+                                let path = format!("{path}.image_url");
+                                u.rest.note(r, &path, &place, &[]);
+                                note_detail(r, u.detail.as_deref(), &path, &place);
                                 u.url
                             }
                             Some(u) => u,
                             None => {
                                 return Err(bad(format!(
-                                    "{what}: an {k} part needs an image_url (images by file id \
-                                     cannot be translated: the upstream cannot see those files)"
+                                    "{}: an {k} part needs an image_url (images by file id \
+                                     cannot be translated: the upstream cannot see those files)",
+                                    place()
                                 )))
                             }
                         };
-                        out.push(Part::Image(image_url(url, &format!("{what}: image_url"))?));
+                        out.push(Part::Image(image_url(
+                            url,
+                            &format!("{}.image_url", place()),
+                        )?));
                     }
-                    Some(k) => return Err(untranslatable(what, k)),
+                    Some(k) => return Err(untranslatable(&place(), k)),
                 }
             }
             Ok(out)
         }
-        _ => Err(bad(format!("{what} must be a string or an array"))),
+        _ => Err(bad(format!("{at} must be a string or an array"))),
     }
 }
 
 /// Text of a content value where only text can go (system prompts, tool results, assistant
 /// turns): any other part is refused with a 400 naming it.
-pub fn texts<'a>(raw: Option<&'a RawValue>, what: &str) -> Result<Vec<Text<'a>>, GwError> {
-    Ok(parts(raw, what, false)?
+pub fn texts<'a>(
+    r: &mut Request<'a>,
+    raw: Option<&'a RawValue>,
+    at: &str,
+) -> Result<Vec<Text<'a>>, GwError> {
+    Ok(parts(r, raw, at, false)?
         .into_iter()
         .filter_map(|p| match p {
             Part::Text(t) => Some(t),
@@ -531,19 +570,36 @@ pub struct ToolDef<'a> {
     pub description: Option<&'a RawValue>,
     #[serde(default, borrow)]
     pub parameters: Option<&'a RawValue>,
+    #[serde(default)]
+    pub strict: Option<bool>,
+    #[serde(flatten)]
+    pub rest: Rest,
 }
 
 impl<'a> ToolDef<'a> {
-    /// The function tool; `at` names it in errors (`tools[3]`).
-    pub fn tool(self, at: &dyn Fn() -> String) -> Result<Tool<'a>, GwError> {
+    /// The function tool, named `at` in errors (`tools[3]`) and `path` in the parts it has no
+    /// counterpart for (`tools[]`): `None` when it has one, since such a member takes its tool
+    /// with it (it may narrow what the tool does).
+    pub fn tool(
+        self,
+        r: &mut Request<'a>,
+        path: &str,
+        at: &dyn Fn() -> String,
+    ) -> Result<Option<Tool<'a>>, GwError> {
         let name = self
             .name
             .ok_or_else(|| bad(format!("{}.name is required", at())))?;
-        Ok(Tool {
+        let unmapped = r.unmapped.len();
+        self.rest.note(r, path, at, &["type"]);
+        if r.unmapped.len() > unmapped {
+            return Ok(None);
+        }
+        Ok(Some(Tool {
             name: lit(name, "tool name")?,
             description: opt_lit(self.description, "tool description")?,
             parameters: object(self.parameters, "tool parameters")?,
-        })
+            strict: self.strict == Some(true),
+        }))
     }
 }
 
@@ -558,6 +614,8 @@ pub struct NamedChoice<'a> {
     /// Anthropic: at most one tool call per turn.
     #[serde(default)]
     pub disable_parallel_tool_use: Option<bool>,
+    #[serde(flatten)]
+    pub rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -580,10 +638,16 @@ pub fn openai_choice(raw: Option<&RawValue>) -> Result<Option<ToolChoice<'_>>, G
     }
     let c: NamedChoice = from_json(s, || "tool_choice".to_owned())?;
     let name = c.function.map(|f| f.name).or(c.name);
-    Ok(match name {
-        Some(n) => Some(ToolChoice::Named(lit(n, "tool_choice name")?)),
-        None => None,
-    })
+    match name {
+        Some(n) if c.rest.is_empty() => Ok(Some(ToolChoice::Named(lit(n, "tool_choice name")?))),
+        // A hosted tool forced, or `allowed_tools` (a subset of the tools): dropping either
+        // would let the model use tools the client did not allow, so it is refused.
+        _ => Err(bad(format!(
+            "tool_choice of type {:?} has no counterpart in this model's upstream dialect (only \
+             none, auto, required and a named function do)",
+            c.kind.as_deref().unwrap_or("")
+        ))),
+    }
 }
 
 #[cfg(test)]

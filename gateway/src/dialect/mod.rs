@@ -3,7 +3,8 @@
 //!
 //! - [`chat`], [`messages`], [`responses`]: one module per dialect, each with its `request`,
 //!   `response` and `stream` halves (into and out of the neutral form).
-//! - [`neutral`]: the neutral form; [`decode`] and [`encode`]: helpers the dialect modules share.
+//! - [`neutral`]: the neutral form; [`decode`] and [`encode`]: helpers the dialect modules share;
+//!   [`members`]: the members of a request no field reads, which translation refuses or drops.
 //! - [`translate`]: pairs a client dialect with an upstream dialect through the neutral form.
 //! - [`native`]: the stream of a route whose upstream speaks the client's own dialect;
 //!   [`body_head`]: the native route's minimal parse of a request body (`model`, `stream`);
@@ -19,6 +20,7 @@ pub mod chat;
 pub mod decode;
 pub mod encode;
 pub mod error;
+pub mod members;
 pub mod messages;
 pub mod native;
 pub mod neutral;

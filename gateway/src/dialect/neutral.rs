@@ -106,6 +106,8 @@ pub struct Tool<'a> {
     pub description: Option<Text<'a>>,
     /// JSON schema, raw.
     pub parameters: Option<&'a str>,
+    /// The call's arguments must match the schema exactly (OpenAI's and Anthropic's `strict`).
+    pub strict: bool,
 }
 
 #[derive(Debug)]

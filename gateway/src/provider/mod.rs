@@ -1,8 +1,10 @@
 //! Upstream providers: the `providers` config section ([`upstream`]), which dialects each kind
-//! speaks, and the request each expects ([`openai`], [`anthropic`]); a deployment's price and
-//! what a request costs at it ([`price`]).
+//! speaks, and the request each expects ([`openai`], [`anthropic`]) with the client's headers
+//! that belong to its API ([`forward`]); a deployment's price and what a request costs at it
+//! ([`price`]).
 
 pub mod anthropic;
+pub mod forward;
 pub mod openai;
 pub mod price;
 pub mod upstream;
@@ -12,6 +14,7 @@ use http::{header, HeaderMap, HeaderValue, Method, Request, Uri};
 use crate::dialect::Dialect;
 use crate::http::arena;
 use crate::http::body::UpBody;
+use crate::provider::forward::Forwarded;
 use crate::provider::upstream::{Provider, ProviderKind};
 
 /// The dialect the upstream is spoken to in, for a client dialect: the client's own when the
@@ -24,17 +27,21 @@ pub fn upstream_dialect(client: Dialect, kind: ProviderKind) -> Dialect {
     }
 }
 
-/// The request for `p` in `dialect` carrying `body`. `headers` is a map to write its headers
-/// into (emptied here: a used one is passed so that its capacity is reused).
+/// The request for `p` in `dialect` carrying `body`, with the client's allowed headers
+/// `forwarded` that belong to `p`'s API; `native` when the body is the client's own (its
+/// dialect's version headers then go on too). `headers` is a map to write its headers into
+/// (emptied here: a used one is passed so that its capacity is reused).
 pub fn request(
     p: &Provider,
     dialect: Dialect,
     body: UpBody,
     headers: HeaderMap,
+    forwarded: Option<&Forwarded>,
+    native: bool,
 ) -> Request<UpBody> {
     match p.kind {
-        ProviderKind::OpenAi => openai::request(p, dialect, body, headers),
-        ProviderKind::Anthropic => anthropic::request(p, body, headers),
+        ProviderKind::OpenAi => openai::request(p, dialect, body, headers, forwarded),
+        ProviderKind::Anthropic => anthropic::request(p, body, headers, forwarded, native),
     }
 }
 

@@ -8,6 +8,7 @@ use http::{HeaderValue, Uri};
 use serde_json::{Map, Value};
 
 use crate::checker::Checker;
+use crate::dialect::chat::request::MaxTokensField;
 use crate::http::client::Origin;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +43,9 @@ pub struct Provider {
     /// `Authorization: Bearer …` for openai, `x-api-key` for anthropic; `None` when the
     /// environment variable is unset (the upstream then decides whether that is acceptable).
     pub auth: Option<HeaderValue>,
+    /// Where a translated chat request puts its output cap (`max_tokens_field`, openai kind):
+    /// `max_completion_tokens` unless the server knows only `max_tokens`.
+    pub max_tokens_field: MaxTokensField,
 }
 
 impl Provider {
@@ -56,6 +60,7 @@ impl Provider {
             messages_path: Uri::from_static("/v1/messages"),
             responses_path: Uri::from_static("/v1/responses"),
             auth: None,
+            max_tokens_field: MaxTokensField::default(),
         }
     }
 }
@@ -117,6 +122,7 @@ pub fn from_config(c: &mut Checker, name: &str, v: &Value, path: &str) -> Option
         }
     });
     let env = c.string(o, "api_key_env", path);
+    let max_tokens_field = max_tokens_field(c, o, path, kind);
     let kind = kind?;
     let base = base?;
     let env = env?;
@@ -169,5 +175,35 @@ pub fn from_config(c: &mut Checker, name: &str, v: &Value, path: &str) -> Option
         messages_path: path("/v1/messages"),
         responses_path: path("/v1/responses"),
         auth,
+        max_tokens_field: max_tokens_field?,
     })
+}
+
+/// `max_tokens_field`: the member a translated chat request carries its output cap in. OpenAI's
+/// own API takes `max_completion_tokens` (its reasoning models refuse `max_tokens`, which it
+/// deprecates); an OpenAI-compatible server that knows only `max_tokens` sets that instead.
+fn max_tokens_field(
+    c: &mut Checker,
+    o: &Map<String, Value>,
+    path: &str,
+    kind: Option<ProviderKind>,
+) -> Option<MaxTokensField> {
+    let Some(v) = o.get("max_tokens_field") else {
+        return Some(MaxTokensField::default());
+    };
+    let at = format!("{path}.max_tokens_field");
+    if kind == Some(ProviderKind::Anthropic) {
+        c.err(
+            at,
+            "applies to openai providers only (Anthropic takes max_tokens)",
+        );
+        return None;
+    }
+    let field = v
+        .as_str()
+        .and_then(|s| MaxTokensField::ALL.into_iter().find(|f| f.name() == s));
+    if field.is_none() {
+        c.err(at, "must be \"max_completion_tokens\" or \"max_tokens\"");
+    }
+    field
 }

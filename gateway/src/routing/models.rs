@@ -22,7 +22,7 @@ use crate::provider::price::Price;
 use crate::provider::upstream::Provider;
 use crate::routing::alias_hash::AliasMap;
 use crate::routing::policy::MAX_ATTEMPTS;
-use crate::routing::route::{Deployment, Route, Strategy, Table};
+use crate::routing::route::{Deployment, Limits, Route, Strategy, Table};
 
 /// The largest weight; weights are summed per request, so they are kept far from overflow.
 const MAX_WEIGHT: u64 = 1_000_000;
@@ -58,15 +58,18 @@ pub fn section(
             continue;
         };
         let drop = drop_list(c, o, &path);
-        if let (Some(entry), Some(drop)) = (alias_entry(c, top, providers, o, &path), drop) {
-            parsed.push((alias, (entry.0, entry.1, drop)));
+        let limits = limits(c, o, &path);
+        if let (Some(entry), Some(drop), Some(limits)) =
+            (alias_entry(c, top, providers, o, &path), drop, limits)
+        {
+            parsed.push((alias, (entry.0, entry.1, drop, limits)));
         }
     }
     let mut upstreams: Vec<(String, String)> = Vec::new();
     let mut slot: HashMap<(String, String), usize> = HashMap::new();
     let mut choices = 0;
     let mut laid_out = Vec::new();
-    for (alias, (strategy, written, drop)) in parsed {
+    for (alias, (strategy, written, drop, limits)) in parsed {
         let deployments: Vec<(Written, usize, usize)> = written
             .into_iter()
             .map(|w| {
@@ -79,7 +82,7 @@ pub fn section(
                 (w, upstream, choices - 1)
             })
             .collect();
-        laid_out.push((alias, strategy, deployments, drop));
+        laid_out.push((alias, strategy, deployments, drop, limits));
     }
     let table = Arc::new(Table {
         generation: GENERATION.fetch_add(1, Ordering::Relaxed),
@@ -88,7 +91,7 @@ pub fn section(
     });
     let written = laid_out
         .iter()
-        .flat_map(|(a, _, ds, _)| ds.iter().map(move |d| (a.as_str(), &d.0)));
+        .flat_map(|(a, _, ds, ..)| ds.iter().map(move |d| (a.as_str(), &d.0)));
     unpriced_warning(c, written);
     let mut sorted: Vec<&str> = laid_out.iter().map(|(a, ..)| a.as_str()).collect();
     sorted.sort_unstable();
@@ -97,7 +100,7 @@ pub fn section(
         .iter()
         .map(|(a, ..)| index_of(a.as_str()))
         .collect();
-    for ((alias, strategy, deployments, drop), index) in laid_out.into_iter().zip(indices) {
+    for ((alias, strategy, deployments, drop, limits), index) in laid_out.into_iter().zip(indices) {
         let deployments = deployments
             .into_iter()
             .map(|(w, upstream, choice)| Deployment {
@@ -124,6 +127,7 @@ pub fn section(
                 strategy,
                 table: table.clone(),
                 drop,
+                limits,
             }),
         );
     }
@@ -154,7 +158,17 @@ fn alias_entry(
         let d = deployment(c, top, providers, o, path, false);
         return Some((strategy?, vec![d?]));
     };
-    c.warn_unknown(o, path, &["deployments", "strategy", "drop"]);
+    c.warn_unknown(
+        o,
+        path,
+        &[
+            "deployments",
+            "strategy",
+            "drop",
+            "context_window",
+            "max_output_tokens",
+        ],
+    );
     let dpath = format!("{path}.deployments");
     let Some(list) = list.as_array() else {
         c.err(dpath, "must be an array of deployments");
@@ -219,7 +233,39 @@ fn drop_list(c: &mut Checker, o: &Map<String, Value>, path: &str) -> Option<Box<
             "must be an array of part names (docs/translation-policy.md)",
         );
     }
-    names.map(Vec::into_boxed_slice)
+    let names = names?;
+    let mut ok = true;
+    for (i, n) in names.iter().enumerate() {
+        if let Some(why) = crate::dialect::translate::drop_entry_error(n) {
+            c.err(format!("{path}.drop[{i}]"), why);
+            ok = false;
+        }
+    }
+    ok.then(|| names.into_boxed_slice())
+}
+
+/// The alias's `context_window` and `max_output_tokens` (tokens), listed by `GET /v1/models`.
+fn limits(c: &mut Checker, o: &Map<String, Value>, path: &str) -> Option<Limits> {
+    let mut ok = true;
+    let mut read = |key: &str| match o.get(key) {
+        None => None,
+        Some(v) => match v.as_u64().filter(|&n| n > 0) {
+            Some(n) => Some(n),
+            None => {
+                c.err(
+                    format!("{path}.{key}"),
+                    "must be a positive integer (tokens)",
+                );
+                ok = false;
+                None
+            }
+        },
+    };
+    let limits = Limits {
+        context_window: read("context_window"),
+        max_output_tokens: read("max_output_tokens"),
+    };
+    ok.then_some(limits)
 }
 
 /// One deployment: `provider` (a known one), `model`, and in the list form `weight` (default 1)
@@ -325,19 +371,33 @@ fn bounded(
     }
 }
 
-/// The `GET /v1/models` body, in a form both OpenAI's and Anthropic's SDKs read. It never changes
-/// between reloads, so it is rendered once per configuration.
+/// The `GET /v1/models` body, in a form both OpenAI's and Anthropic's SDKs read, with each alias's
+/// context window and output cap under Anthropic's names (`max_input_tokens`, `max_tokens`) where
+/// its config states them. It never changes between reloads, so it is rendered once per
+/// configuration.
 pub fn models_body(routes: &AliasMap<Arc<Route>>) -> Bytes {
     let mut names: Vec<&String> = routes.keys().collect();
     names.sort();
     let data: Vec<Value> = names
         .iter()
         .map(|n| {
-            serde_json::json!({
+            let route = &routes[*n];
+            let mut m = serde_json::json!({
                 "id": n, "object": "model", "created": 0,
-                "owned_by": routes[*n].deployments[0].provider.name,
+                "owned_by": route.deployments[0].provider.name,
                 "type": "model", "display_name": n, "created_at": "1970-01-01T00:00:00Z",
-            })
+            });
+            // Anthropic's names for the context window and the output cap.
+            let limits = [
+                ("max_input_tokens", route.limits.context_window),
+                ("max_tokens", route.limits.max_output_tokens),
+            ];
+            for (key, tokens) in limits {
+                if let Some(t) = tokens {
+                    m[key] = t.into();
+                }
+            }
+            m
         })
         .collect();
     let first = names.first().map(|s| s.as_str()).unwrap_or("");

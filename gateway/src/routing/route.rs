@@ -62,6 +62,16 @@ pub struct Route {
     pub table: Arc<Table>,
     /// Request parts translation may drop for this alias rather than refuse (`drop`).
     pub drop: Box<[String]>,
+    /// What `GET /v1/models` says of the alias: its context window and output cap
+    /// (`context_window`, `max_output_tokens`), for clients that size a conversation by them.
+    pub limits: Limits,
+}
+
+/// An alias's token limits as its config states them (`None`: not stated).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
 }
 
 impl Route {

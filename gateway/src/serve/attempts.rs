@@ -32,6 +32,7 @@ use crate::http::stream::SseBody;
 use crate::posture::metrics::AttemptOutcome::{self, Connection, RetryableStatus, Timeout};
 use crate::posture::traces::TRACEPARENT;
 use crate::provider;
+use crate::provider::forward::Forwarded;
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
 use crate::serve::native_body;
@@ -55,6 +56,9 @@ pub struct Call<'a> {
     pub stream_options: Option<(usize, usize)>,
     pub stream: bool,
     pub route: &'a Route,
+    /// The client's headers that belong to an upstream's API, passed on to the upstream whose
+    /// API they belong to (`provider/forward.rs`).
+    pub forwarded: Option<Box<Forwarded>>,
     /// A header map for the next attempt's request (the client request's, emptied): taken by the
     /// first attempt, so that it needs no new one.
     pub headers: Cell<HeaderMap>,
@@ -142,11 +146,17 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
         let b = native_body::request(c.body, c.model_span, &d.upstream_json, &d.upstream_model);
         (b, None)
     } else {
+        let target = translate::Target {
+            dialect: up_dialect,
+            model_json: &d.upstream_json,
+            max_tokens: d.provider.max_tokens_field,
+        };
+        let betas = c.forwarded.as_ref().and_then(|f| f.anthropic_beta.as_ref());
         let (b, t) = translate::request(
             c.dialect,
-            up_dialect,
+            &target,
             c.body,
-            &d.upstream_json,
+            betas.map(HeaderValue::as_bytes),
             &c.route.drop,
         )?;
         (UpBody::one(b), Some(t))
@@ -208,7 +218,14 @@ async fn send(
             HeaderValue::from_str(&t.dropped).ok()
         });
     let upstream = c.snap.metric_upstreams.index(d.upstream);
-    let mut request = provider::request(&d.provider, p.dialect, p.body, c.headers.take());
+    let mut request = provider::request(
+        &d.provider,
+        p.dialect,
+        p.body,
+        c.headers.take(),
+        c.forwarded.as_deref(),
+        native,
+    );
     // One clock read for the deadline and the record.
     let now = std::time::Instant::now();
     let deadline = Instant::from_std(now) + c.snap.upstream_timeout;

@@ -17,6 +17,7 @@ use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
 use crate::posture::limits::Admit;
 use crate::posture::traces;
+use crate::provider::forward::{self, Forwarded};
 use crate::serve::attempts;
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
@@ -29,6 +30,7 @@ pub async fn handle(
     let ClientHead {
         request_id,
         traceparent,
+        forwarded,
         checks,
     } = ClientHead::of(&req);
     let mut rec = Record::start(dialect, request_id);
@@ -38,7 +40,7 @@ pub async fn handle(
     if traces::enabled() {
         rec.trace(traceparent);
     }
-    let resp = match run(client, &snap, dialect, req, checks, &mut rec).await {
+    let resp = match run(client, &snap, dialect, req, checks, forwarded, &mut rec).await {
         Ok(r) => r,
         Err(e) => {
             rec.set_error(&e);
@@ -55,6 +57,9 @@ struct ClientHead<'a> {
     request_id: Option<&'a HeaderValue>,
     /// The client's `traceparent`, if any (the first), for traces.
     traceparent: Option<&'a HeaderValue>,
+    /// The client's headers that belong to an upstream's API (`provider/forward.rs`); boxed
+    /// when there are any, so that a request without them carries one pointer.
+    forwarded: Option<Box<Forwarded>>,
     checks: HeadChecks,
 }
 
@@ -71,19 +76,24 @@ impl<'a> ClientHead<'a> {
     fn of(req: &'a Request<Incoming>) -> Self {
         let mut size = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
         let (mut content_type, mut request_id, mut traceparent) = (None, None, None);
+        let mut forwarded: Option<Box<Forwarded>> = None;
         for (k, v) in req.headers() {
-            size += k.as_str().len() + v.len() + 4;
+            let name = k.as_str();
+            size += name.len() + v.len() + 4;
             if *k == http::header::CONTENT_TYPE {
                 content_type.get_or_insert(v);
             } else if *k == X_REQUEST_ID {
                 request_id.get_or_insert(v);
             } else if *k == traces::TRACEPARENT {
                 traceparent.get_or_insert(v);
+            } else if let Some(a) = forward::allowed(name) {
+                forwarded.get_or_insert_with(Box::default).note(a, v);
             }
         }
         ClientHead {
             request_id,
             traceparent,
+            forwarded,
             checks: HeadChecks {
                 size,
                 content_type: check_content_type(content_type),
@@ -132,6 +142,7 @@ async fn run(
     dialect: Dialect,
     req: Request<Incoming>,
     checks: HeadChecks,
+    mut forwarded: Option<Box<Forwarded>>,
     rec: &mut Record,
 ) -> Result<GwResponse, GwError> {
     check_head_size(checks.size, snap.max_header_bytes)?;
@@ -139,6 +150,9 @@ async fn run(
     rec.set_caller(&caller);
     checks.content_type?;
     let (parts, body) = req.into_parts();
+    if let Some(f) = forwarded.as_mut().filter(|f| f.repeated()) {
+        f.join_lines(&parts.headers);
+    }
     let limit = snap.max_body_bytes;
     let timeout = snap.body_read_timeout;
     let body = match body::read_all(body, limit, || tokio::time::Instant::now() + timeout).await {
@@ -206,6 +220,7 @@ async fn run(
         stream_options: body_head.stream_options,
         stream,
         route,
+        forwarded,
         // The client's headers are no longer needed: their map carries the upstream request's.
         headers: Cell::new(parts.headers),
     };

@@ -12,6 +12,7 @@ use crate::dialect::decode::{
 };
 use crate::dialect::encode::{array, content, text_part, Obj, EMPTY_SCHEMA};
 use crate::dialect::error::GwError;
+use crate::dialect::members::Rest;
 use crate::dialect::neutral::{
     Args, Effort, Image, Message, Part, Request, Role, Text, ToolChoice,
 };
@@ -85,12 +86,17 @@ struct ChatReq<'a> {
     functions: Option<&'a RawValue>,
     #[serde(default, borrow)]
     function_call: Option<&'a RawValue>,
+    /// Members of no field above (`model` among them): refused unless dropped.
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: Option<bool>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -103,6 +109,8 @@ struct ChatMsg<'a> {
     tool_calls: Option<Vec<ChatToolCall<'a>>>,
     #[serde(default, borrow)]
     tool_call_id: Option<&'a RawValue>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +119,8 @@ struct ChatToolCall<'a> {
     id: Option<&'a RawValue>,
     #[serde(borrow)]
     function: ChatFn<'a>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -125,6 +135,8 @@ struct ChatFn<'a> {
 struct ChatTool<'a> {
     #[serde(borrow)]
     function: ToolDef<'a>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
@@ -134,30 +146,45 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         temperature: c.temperature,
         top_p: c.top_p,
         stream: c.stream.unwrap_or(false),
-        include_usage: c
-            .stream_options
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false),
         tool_choice: openai_choice(c.tool_choice)?,
         ..Request::default()
     };
-    for m in c.messages {
+    if let Some(o) = c.stream_options {
+        r.include_usage = o.include_usage.unwrap_or(false);
+        o.rest.note(
+            &mut r,
+            "stream_options",
+            &|| "stream_options".to_owned(),
+            &[],
+        );
+    }
+    for (i, m) in c.messages.into_iter().enumerate() {
+        m.rest
+            .note(&mut r, "messages[]", &|| format!("messages[{i}]"), &[]);
         match &*m.role {
-            "system" | "developer" => r.system.extend(texts(m.content, "system content")?),
+            "system" | "developer" => {
+                let t = texts(&mut r, m.content, &format!("messages[{i}].content"))?;
+                r.system.extend(t)
+            }
             "user" => {
                 // Keep one turn per client message: two user messages in a row stay two turns
                 // for a chat upstream (merging happens only where the target requires it).
+                let parts = parts(&mut r, m.content, &format!("messages[{i}].content"), true)?;
                 r.messages.push(Message {
                     role: Role::User,
-                    parts: parts(m.content, "user content", true)?,
+                    parts,
                 });
             }
             "assistant" => {
-                let mut parts: Vec<Part> = texts(m.content, "assistant content")?
-                    .into_iter()
-                    .map(Part::Text)
-                    .collect();
-                for tc in m.tool_calls.unwrap_or_default() {
+                let mut parts: Vec<Part> =
+                    texts(&mut r, m.content, &format!("messages[{i}].content"))?
+                        .into_iter()
+                        .map(Part::Text)
+                        .collect();
+                for (j, tc) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
+                    let at = || format!("messages[{i}].tool_calls[{j}]");
+                    tc.rest
+                        .note(&mut r, "messages[].tool_calls[]", &at, &["type"]);
                     parts.push(Part::ToolCall {
                         id: opt_lit(tc.id, "tool call id")?.unwrap_or(Text::Own(String::new())),
                         name: lit(tc.function.name, "function name")?,
@@ -176,7 +203,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                 let part = Part::ToolResult {
                     id: opt_lit(m.tool_call_id, "tool_call_id")?
                         .unwrap_or(Text::Own(String::new())),
-                    content: texts(m.content, "tool content")?,
+                    content: texts(&mut r, m.content, &format!("messages[{i}].content"))?,
                     is_error: false,
                 };
                 // Consecutive tool results answer one assistant turn: one user turn holds them.
@@ -200,8 +227,14 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         }
     }
     for (i, t) in c.tools.unwrap_or_default().into_iter().enumerate() {
-        r.tools
-            .push(t.function.tool(&|| format!("tools[{i}].function"))?);
+        let unmapped = r.unmapped.len();
+        t.rest
+            .note(&mut r, "tools[]", &|| format!("tools[{i}]"), &["type"]);
+        let at = || format!("tools[{i}].function");
+        let tool = t.function.tool(&mut r, "tools[].function", &at)?;
+        if let (Some(tool), true) = (tool, r.unmapped.len() == unmapped) {
+            r.tools.push(tool);
+        }
     }
     if let Some(e) = c.reasoning_effort {
         r.effort = Some(
@@ -240,6 +273,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         ("functions", asks(c.functions, &[])),
         ("function_call", asks(c.function_call, &[])),
     ]);
+    c.rest.note(&mut r, "", &String::new, &["model"]);
     if let Some(stop) = c.stop {
         let s = stop.get();
         if s.starts_with('"') {
@@ -275,7 +309,32 @@ fn args_as_string(out: &mut BytesMut, a: &Args) {
     }
 }
 
-pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
+/// The member a chat upstream takes the output cap in (a provider's `max_tokens_field`):
+/// `max_completion_tokens`, which OpenAI's reasoning models require and which replaces the
+/// deprecated `max_tokens`, or `max_tokens` for compatible servers that know only that one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MaxTokensField {
+    #[default]
+    MaxCompletionTokens,
+    MaxTokens,
+}
+
+impl MaxTokensField {
+    pub const ALL: [MaxTokensField; 2] = [
+        MaxTokensField::MaxCompletionTokens,
+        MaxTokensField::MaxTokens,
+    ];
+
+    /// The member's name, as the request and the config write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+            MaxTokensField::MaxTokens => "max_tokens",
+        }
+    }
+}
+
+pub fn encode(r: &Request, model_json: &[u8], max_tokens: MaxTokensField) -> Bytes {
     let mut out = BytesMut::with_capacity(1024);
     let mut o = Obj::new(&mut out);
     o.raw("model", model_json);
@@ -389,6 +448,9 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
             }
             out.extend_from_slice(b",\"parameters\":");
             out.extend_from_slice(t.parameters.map_or(EMPTY_SCHEMA, str::as_bytes));
+            if t.strict {
+                out.extend_from_slice(b",\"strict\":true");
+            }
             out.extend_from_slice(b"}}");
         });
     }
@@ -406,7 +468,7 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
         }
     }
     if let Some(n) = r.max_tokens {
-        o.u64("max_tokens", n);
+        o.u64(max_tokens.name(), n);
     }
     if let Some(e) = r.effort {
         let out = o.key("reasoning_effort");

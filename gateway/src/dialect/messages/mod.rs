@@ -1,7 +1,10 @@
 //! Anthropic Messages: the client dialect of `POST /v1/messages` and the dialect of anthropic
 //! upstreams. [`request`] decodes a Messages request into the neutral form and encodes one for an
-//! anthropic upstream; [`response`] does the same for complete answers, [`stream`] for SSE events.
+//! anthropic upstream; [`response`] does the same for complete answers, [`stream`] for SSE events;
+//! [`betas`] reads a Messages client's `anthropic-beta` values as request parts on the route to a
+//! chat upstream.
 
+pub mod betas;
 pub mod request;
 pub mod response;
 pub mod stream;

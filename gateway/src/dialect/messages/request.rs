@@ -12,6 +12,7 @@ use crate::dialect::decode::{
 };
 use crate::dialect::encode::{array, content, text_part, text_parts, Obj, EMPTY_SCHEMA};
 use crate::dialect::error::GwError;
+use crate::dialect::members::{path_of, Rest};
 use crate::dialect::neutral::{
     Args, Effort, Image, Message, Part, Request, Role, Text, Tool, ToolChoice, WebSearch,
 };
@@ -56,12 +57,17 @@ struct MsgReq<'a> {
     mcp_servers: Option<&'a RawValue>,
     #[serde(default, borrow)]
     service_tier: Option<&'a RawValue>,
+    /// Members of no field above (`model` among them): refused unless dropped.
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
 struct Metadata<'a> {
     #[serde(default, borrow)]
     user_id: Option<&'a RawValue>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -70,6 +76,13 @@ struct Thinking<'a> {
     kind: Option<Cow<'a, str>>,
     #[serde(default)]
     budget_tokens: Option<u64>,
+    /// Whether thinking text comes back (`summarized`) or not (`omitted`): a translated answer
+    /// carries no thinking blocks either way, so it asks nothing of a chat upstream.
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    display: Option<&'a RawValue>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -78,6 +91,8 @@ struct OutputConfig<'a> {
     effort: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     format: Option<&'a RawValue>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +101,8 @@ struct MsgMsg<'a> {
     role: Cow<'a, str>,
     #[serde(borrow)]
     content: &'a RawValue,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +127,8 @@ struct MsgBlock<'a> {
     source: Option<ImageSource<'a>>,
     #[serde(default, borrow)]
     cache_control: Option<&'a RawValue>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 /// An Anthropic image block's `source`.
@@ -159,6 +178,14 @@ struct MsgTool<'a> {
     description: Option<&'a RawValue>,
     #[serde(default, borrow)]
     input_schema: Option<&'a RawValue>,
+    /// The tool is loaded only when a tool search finds it.
+    #[serde(default)]
+    defer_loading: Option<bool>,
+    /// The call's input is guaranteed to match the schema.
+    #[serde(default)]
+    strict: Option<bool>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
@@ -184,6 +211,8 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                 )))
             }
         };
+        m.rest
+            .note(&mut r, "messages[]", &|| format!("messages[{i}]"), &[]);
         let raw = m.content.get();
         let mut parts = Vec::new();
         if role == Role::System {
@@ -199,6 +228,10 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                         format!("messages[{i}].content[{j}].cache_control")
                     });
                 }
+                if !matches!(&*b.kind, "thinking" | "redacted_thinking") {
+                    let at = || format!("messages[{i}].content[{j}]");
+                    b.rest.note(&mut r, "messages[].content[]", &at, &[]);
+                }
                 match &*b.kind {
                     "text" => {
                         if let Some(t) = opt_lit(b.text, "text")? {
@@ -211,6 +244,13 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                         args: Args::Obj(object(b.input, "tool_use input")?.unwrap_or("{}")),
                     }),
                     "tool_result" => {
+                        if b.is_error == Some(true) {
+                            // A chat `tool` message has no error flag: the result's text
+                            // crosses, that it is an error does not.
+                            r.unmapped("messages[].content[].is_error", || {
+                                format!("messages[{i}].content[{j}].is_error")
+                            });
+                        }
                         let content = match b.content {
                             Some(c) if c.get().starts_with('[') => text_blocks(&mut r, c, || {
                                 format!("messages[{i}].content[{j}].content")
@@ -266,13 +306,31 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         let name = t
             .name
             .ok_or_else(|| bad(format!("tools[{i}].name is required")))?;
+        // A member with no counterpart takes its tool with it: it may narrow what the tool
+        // does, and a tool without it would do more than the client allowed.
+        let unmapped = r.unmapped.len();
+        t.rest
+            .note(&mut r, "tools[]", &|| format!("tools[{i}]"), &[]);
+        if t.defer_loading == Some(true) {
+            // A deferred tool is one the model sees only once a tool search loads it, which a
+            // chat upstream cannot do: it is left out whole.
+            r.unmapped("tools[].defer_loading", || {
+                format!("tools[{i}].defer_loading")
+            });
+        }
+        if r.unmapped.len() > unmapped {
+            continue;
+        }
         r.tools.push(Tool {
             name: lit(name, "tool name")?,
             description: opt_lit(t.description, "tool description")?,
             parameters: object(t.input_schema, "input_schema")?,
+            strict: t.strict == Some(true),
         });
     }
     if let Some(tc) = c.tool_choice {
+        tc.rest
+            .note(&mut r, "tool_choice", &|| "tool_choice".to_owned(), &[]);
         if tc.disable_parallel_tool_use == Some(true) {
             r.parallel_tool_calls = Some(false);
         }
@@ -291,16 +349,22 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         r.stop.push(lit(s, "stop_sequences")?);
     }
     if let Some(m) = c.metadata {
+        m.rest
+            .note(&mut r, "metadata", &|| "metadata".to_owned(), &[]);
         r.user = opt_lit(m.user_id, "metadata.user_id")?;
     }
     // Effort: `output_config.effort` says it; a thinking budget implies one; adaptive thinking
     // leaves it to the model, as does an upstream without an effort.
     if let Some(t) = &c.thinking {
+        t.rest
+            .note(&mut r, "thinking", &|| "thinking".to_owned(), &[]);
         if t.kind.as_deref() == Some("enabled") {
             r.effort = t.budget_tokens.map(Effort::from_budget);
         }
     }
     if let Some(o) = c.output_config {
+        o.rest
+            .note(&mut r, "output_config", &|| "output_config".to_owned(), &[]);
         if let Some(e) = o.effort {
             r.effort = Some(
                 Effort::from_name(&e)
@@ -318,6 +382,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         ("mcp_servers", c.mcp_servers.is_some()),
         ("service_tier", c.service_tier.is_some()),
     ]);
+    c.rest.note(&mut r, "", &String::new, &["model"]);
     Ok(r)
 }
 
@@ -341,6 +406,10 @@ fn text_blocks<'a>(
     for (j, b) in blocks.into_iter().enumerate() {
         if b.cache_control.is_some() {
             r.unmapped("cache_control", || format!("{}[{j}].cache_control", at()));
+        }
+        if !b.rest.is_empty() {
+            let place = || format!("{}[{j}]", at());
+            b.rest.note(r, &path_of(&place()), &place, &[]);
         }
         match (&*b.kind, b.text) {
             ("text", Some(t)) => out.push(lit(t, "text")?),
@@ -495,6 +564,9 @@ pub fn encode(r: &Request, model_json: &[u8]) -> Bytes {
             }
             out.extend_from_slice(b",\"input_schema\":");
             out.extend_from_slice(t.parameters.map_or(EMPTY_SCHEMA, str::as_bytes));
+            if t.strict {
+                out.extend_from_slice(b",\"strict\":true");
+            }
             out.extend_from_slice(b"}");
         });
         if let Some(ws) = &r.web_search {

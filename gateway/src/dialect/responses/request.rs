@@ -10,6 +10,7 @@ use crate::dialect::decode::{
     ToolDef,
 };
 use crate::dialect::error::GwError;
+use crate::dialect::members::Rest;
 use crate::dialect::neutral::{Args, Effort, Part, Request, Role, Text, WebSearch};
 
 #[derive(Deserialize)]
@@ -56,6 +57,9 @@ struct RespReq<'a> {
     service_tier: Option<&'a RawValue>,
     #[serde(default, borrow)]
     text: Option<TextConfig<'a>>,
+    /// Members of no field above (`model` among them): refused unless dropped.
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -64,12 +68,16 @@ struct Reasoning<'a> {
     effort: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "opt_cow")]
     summary: Option<Cow<'a, str>>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
 struct TextConfig<'a> {
     #[serde(default, borrow)]
     format: Option<Kind<'a>>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 /// Just the `type` of an object.
@@ -103,12 +111,18 @@ struct RespTool<'a> {
     search_context_size: Option<&'a RawValue>,
     #[serde(default)]
     external_web_access: Option<bool>,
+    #[serde(default)]
+    strict: Option<bool>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
 struct Filters<'a> {
     #[serde(default, borrow)]
     allowed_domains: Option<&'a RawValue>,
+    #[serde(flatten)]
+    rest: Rest,
 }
 
 #[derive(Deserialize)]
@@ -130,12 +144,17 @@ struct RespItem<'a> {
     /// A call of a tool inside a `namespace` tool.
     #[serde(default, borrow, deserialize_with = "opt_cow")]
     namespace: Option<Cow<'a, str>>,
+    #[serde(flatten)]
+    rest: Rest,
 }
+
+/// An input item's members that are OpenAI's bookkeeping (the item's id and status): Anthropic
+/// keeps none, and they ask nothing of the model.
+const ITEM_BOOKKEEPING: &[&str] = &["id", "status"];
 
 pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
     let c: RespReq = parse(body)?;
     let mut r = Request {
-        system: texts(c.instructions, "instructions")?,
         max_tokens: c.max_output_tokens,
         temperature: c.temperature,
         top_p: c.top_p,
@@ -143,20 +162,28 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         tool_choice: openai_choice(c.tool_choice)?,
         ..Request::default()
     };
+    r.system = texts(&mut r, c.instructions, "instructions")?;
     let input = c.input.get();
     if input.starts_with('"') {
         r.push(Role::User, Part::Text(Text::Lit(input)));
     } else if input.starts_with('[') {
         let items: Vec<RespItem> = from_json(input, || "input".to_owned())?;
-        for it in items {
-            match it.kind.as_deref().unwrap_or("message") {
+        for (i, it) in items.into_iter().enumerate() {
+            let kind = it.kind.as_deref().unwrap_or("message");
+            if kind != "reasoning" {
+                let at = || format!("input[{i}]");
+                it.rest.note(&mut r, "input[]", &at, ITEM_BOOKKEEPING);
+            }
+            match kind {
                 "message" => match it.role.as_deref() {
                     Some("system" | "developer") => {
-                        r.system.extend(texts(it.content, "input content")?)
+                        let t = texts(&mut r, it.content, &format!("input[{i}].content"))?;
+                        r.system.extend(t)
                     }
                     Some(role) => {
                         let role = role_of(role, "input")?;
-                        for p in parts(it.content, "input content", role == Role::User)? {
+                        let at = format!("input[{i}].content");
+                        for p in parts(&mut r, it.content, &at, role == Role::User)? {
                             r.push(role, p);
                         }
                     }
@@ -179,14 +206,17 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
                         ),
                     },
                 ),
-                "function_call_output" => r.push(
-                    Role::User,
-                    Part::ToolResult {
-                        id: opt_lit(it.call_id, "call_id")?.unwrap_or(Text::Own(String::new())),
-                        content: texts(it.output, "output")?,
-                        is_error: false,
-                    },
-                ),
+                "function_call_output" => {
+                    let content = texts(&mut r, it.output, &format!("input[{i}].output"))?;
+                    r.push(
+                        Role::User,
+                        Part::ToolResult {
+                            id: opt_lit(it.call_id, "call_id")?.unwrap_or(Text::Own(String::new())),
+                            content,
+                            is_error: false,
+                        },
+                    )
+                }
                 // The model's earlier reasoning: not accepted by another provider.
                 "reasoning" => {}
                 // Built-in tool calls, item references (stored on OpenAI's side), …
@@ -205,6 +235,8 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         tool(&mut r, t, i)?;
     }
     if let Some(e) = c.reasoning {
+        e.rest
+            .note(&mut r, "reasoning", &|| "reasoning".to_owned(), &[]);
         if let Some(e) = e.effort {
             r.effort = Some(
                 Effort::from_name(&e)
@@ -235,10 +267,15 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, GwError> {
         (
             "text.format",
             c.text
-                .and_then(|t| t.format)
+                .as_ref()
+                .and_then(|t| t.format.as_ref())
                 .is_some_and(|f| f.kind.as_deref().is_some_and(|k| k != "text")),
         ),
     ]);
+    if let Some(t) = &c.text {
+        t.rest.note(&mut r, "text", &|| "text".to_owned(), &[]);
+    }
+    c.rest.note(&mut r, "", &String::new, &["model"]);
     Ok(r)
 }
 
@@ -253,7 +290,8 @@ pub fn flat_name(namespace: &str, name: &str) -> String {
 }
 
 /// One entry of `tools`: a function tool, a namespace of them (flattened), the hosted web
-/// search (Anthropic's server tool), or a hosted tool with no counterpart (noted).
+/// search (Anthropic's server tool), or a hosted tool with no counterpart (noted). A tool with a
+/// member that cannot cross is left out whole, so that no restriction is ever lost alone.
 fn tool<'a>(r: &mut Request<'a>, t: RespTool<'a>, i: usize) -> Result<(), GwError> {
     let at = || format!("tools[{i}]");
     match t.kind.as_deref() {
@@ -263,14 +301,27 @@ fn tool<'a>(r: &mut Request<'a>, t: RespTool<'a>, i: usize) -> Result<(), GwErro
                 name: t.name,
                 description: t.description,
                 parameters: t.parameters,
+                strict: t.strict,
+                rest: t.rest,
             };
-            r.tools.push(def.tool(&at)?);
+            if let Some(tool) = def.tool(r, "tools[]", &at)? {
+                r.tools.push(tool);
+            }
         }
         Some("namespace") => {
             let name = t
                 .name
                 .ok_or_else(|| bad(format!("tools[{i}].name is required")))?;
             let name = lit(name, "namespace name")?.decode().into_owned();
+            let unmapped = r.unmapped.len();
+            t.rest.note(r, "tools[]", &at, &[]);
+            if r.unmapped.len() > unmapped {
+                return Ok(());
+            }
+            // The namespace's description says what its tools are for: each flattened tool
+            // carries it ahead of its own.
+            let about =
+                opt_lit(t.description, "namespace description")?.map(|d| d.decode().into_owned());
             for (j, def) in t.tools.unwrap_or_default().into_iter().enumerate() {
                 let at = || format!("tools[{i}].tools[{j}]");
                 if def.kind.as_deref().is_some_and(|k| k != "function") {
@@ -279,32 +330,55 @@ fn tool<'a>(r: &mut Request<'a>, t: RespTool<'a>, i: usize) -> Result<(), GwErro
                         at()
                     )));
                 }
-                let mut t = def.tool(&at)?;
+                let Some(mut t) = def.tool(r, "tools[].tools[]", &at)? else {
+                    continue;
+                };
                 t.name = Text::Own(flat_name(&name, &t.name.decode()));
+                if let Some(about) = &about {
+                    t.description = Some(Text::Own(match &t.description {
+                        Some(d) => format!("{about}\n\n{}", d.decode()),
+                        None => about.clone(),
+                    }));
+                }
                 r.tools.push(t);
             }
             r.namespaces.push(name);
         }
-        Some("web_search" | "web_search_preview") => {
-            if t.external_web_access == Some(false) {
-                r.unmapped("tools.web_search.external_web_access", || {
-                    format!("tools[{i}].external_web_access")
-                });
-            }
-            if t.search_context_size.is_some() {
-                r.unmapped("tools.web_search.search_context_size", || {
-                    format!("tools[{i}].search_context_size")
-                });
-            }
-            r.web_search = Some(WebSearch {
-                allowed_domains: t.filters.and_then(|f| f.allowed_domains).map(RawValue::get),
-                user_location: t.user_location.map(RawValue::get),
-            });
-        }
+        Some("web_search" | "web_search_preview") => web_search(r, t, i),
         Some(other) => {
             let part = format!("tools.{other}");
             r.unmapped(part, at);
         }
     }
     Ok(())
+}
+
+/// The hosted web search as Anthropic's `web_search_20250305`: its domain filter and location
+/// kept. A member that narrows the search and has no counterpart there (`external_web_access:
+/// false`, a filter other than `allowed_domains`, a member unknown here) takes the tool with it
+/// (part `tools.web_search`), so the upstream never searches more widely than the client
+/// allowed; `search_context_size`, which narrows nothing, is a part of its own.
+fn web_search<'a>(r: &mut Request<'a>, t: RespTool<'a>, i: usize) {
+    let filters_rest = t
+        .filters
+        .as_ref()
+        .and_then(|f| f.rest.set(&[]).next().map(|m| format!("filters.{m}")));
+    let narrowing = if t.external_web_access == Some(false) {
+        Some("external_web_access".to_owned())
+    } else {
+        filters_rest.or_else(|| t.rest.set(&[]).next().map(str::to_owned))
+    };
+    if let Some(member) = narrowing {
+        r.unmapped("tools.web_search", || format!("tools[{i}].{member}"));
+        return;
+    }
+    if t.search_context_size.is_some() {
+        r.unmapped("tools.web_search.search_context_size", || {
+            format!("tools[{i}].search_context_size")
+        });
+    }
+    r.web_search = Some(WebSearch {
+        allowed_domains: t.filters.and_then(|f| f.allowed_domains).map(RawValue::get),
+        user_location: t.user_location.map(RawValue::get),
+    });
 }

@@ -92,10 +92,16 @@ impl Admission {
                 }
             }
             if let (true, Some(t)) = (via & TOK_LOCAL != 0, sh.fallback_tokens()) {
+                let now = now_ns();
                 if actual >= reserved {
-                    t.charge(now_ns(), actual - reserved);
+                    t.charge(now, actual - reserved);
                 } else {
                     t.refund(reserved - actual);
+                }
+                // The shared bucket is owed the correction too (as of now: the reservation
+                // carries the outage's start).
+                if let Some(l) = &sh.tokens {
+                    l.owe(actual as i64 - reserved as i64, now);
                 }
             }
         }
@@ -122,6 +128,9 @@ impl Admission {
             }
             if let (true, Some(fb)) = (via & REQ_LOCAL != 0, &sh.fallback) {
                 fb.refund_request();
+                if let Some(l) = &sh.requests {
+                    l.owe(-1, 0);
+                }
             }
         }
     }

@@ -3,49 +3,50 @@
 //! renewing a lease talk to the store, from the store's thread, in one script call each.
 //!
 //! - A [`RateLease`] (requests or tokens per minute) holds units taken from the policy's bucket
-//!   in Redis (`scripts::BUCKET`). It asks for more when it falls below half of its size, before it runs
-//!   out, so that a steady stream of requests never waits for Redis; its size is what this replica
-//!   used in the last [`HORIZON`], and Redis grants at most 1/[`SHARE`] of what is left, so near
-//!   the limit leases shrink to single units. Token charges after the response (real usage) are
-//!   taken from the lease; a lease in debt hands the debt to Redis at once. A lease unused for a
-//!   maintenance tick is given back.
-//! - A [`SlotLease`] (max_concurrent) holds concurrency slots registered in Redis under this
-//!   replica's holder name with a time to live (`scripts::SLOTS`), renewed every tick while any is held:
-//!   a replica that dies frees its slots within the TTL. Spare slots (held, not in use: up to the
-//!   recent peak in use plus a quarter) are kept only while Redis has at least as many free for
-//!   the others; otherwise a released slot goes back at once.
+//!   in Redis (`scripts::BUCKET`). It asks for more when it falls below half of its size, before
+//!   it runs out, so that a steady stream of requests never waits for Redis; its size is what
+//!   this replica used in the last [`HORIZON`], and Redis grants at most 1/[`SHARE`] of what is
+//!   left, so near the limit leases shrink to single units. Token charges after the response
+//!   (real usage) are taken from the lease; a lease in debt hands the debt to Redis at once. A
+//!   lease unused for a maintenance tick is given back. What the fallback of
+//!   `on_store_error: local` admitted while the store could not answer is owed to the bucket
+//!   and handed over with the next call ([`RateLease::owe`]).
+//! - A [`SlotLease`](super::slot_lease::SlotLease) (max_concurrent) holds concurrency slots.
 //!
 //! What this gives (docs/operations.md, "Shared limits", has the measurements):
 //! - Never more admitted than the shared bucket or the shared slot count allows, since every
-//!   admitted request was paid for in Redis before it was admitted; the exceptions are a Redis
+//!   admitted request was paid for in Redis before it was admitted, or, admitted by the fallback
+//!   during an outage, is paid for when the store answers again; the exceptions are a Redis
 //!   restarted empty (its buckets start full again) and a holder whose heartbeats stop while it
 //!   still serves (its slots expire). Tokens overshoot as the local limiter's do: by the usage of
 //!   requests admitted while the bucket was not yet in debt.
 //! - Fewer admitted than allowed by at most what other replicas hold unused: their leases (a few
 //!   units near the limit, one [`HORIZON`] of their own rate far from it) until they use or
 //!   return them.
+//! - A call whose outcome is unknown (sent, never answered) is undone only where undoing cannot
+//!   admit more: debt and owed units are kept to hand over again (charged twice at worst),
+//!   units given back are not taken back, and a grant that never came is not counted.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use crate::posture::limits::clock::now_ns;
 use crate::posture::limits::scripts;
-use crate::posture::limits::store::Store;
+use crate::posture::limits::store::{Store, Unanswered};
 
 /// A lease is sized to last this long at this replica's own rate.
 pub const HORIZON: Duration = Duration::from_millis(100);
 /// A grant is at most 1/SHARE of what is left in Redis.
 pub const SHARE: i64 = 4;
-/// How often idle leases are given back and held slots renewed (at most; a third of the slot
-/// TTL when that is shorter).
-const TICK: Duration = Duration::from_secs(1);
+/// How long a dropped lease (a reload) waits for a store that is down to hand back what it
+/// holds and owes.
+const DROPPED_WAIT: Duration = Duration::from_secs(10);
 
 static BUCKET: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(scripts::BUCKET));
-static SLOTS: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(scripts::SLOTS));
 
 /// What a lease could do for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +62,10 @@ pub enum Got {
 }
 
 /// A request's share of the wait for the store: returns `Got::Unavailable` past `deadline`.
-async fn wait_answer(notified: impl Future<Output = ()>, deadline: tokio::time::Instant) -> bool {
+pub(super) async fn wait_answer(
+    notified: impl Future<Output = ()>,
+    deadline: tokio::time::Instant,
+) -> bool {
     tokio::time::timeout_at(deadline, notified).await.is_ok()
 }
 
@@ -97,6 +101,10 @@ pub struct RateLease {
     /// to admit with (an over-estimate's refund would otherwise admit request after request
     /// while the shared bucket is in debt), handed over with the next call.
     give_back: AtomicI64,
+    /// Units the fallback admitted while the store could not answer ([`RateLease::owe`]), owed to
+    /// Redis, and since when (`now_ns`; 0: nothing owed): charged as of then with the next call.
+    owed: AtomicI64,
+    owed_since: AtomicU64,
     /// Units left in Redis after its last answer (for `x-ratelimit-remaining-*`).
     left: AtomicI64,
     /// The size estimate, kept by the store's thread: when the last answer came, the balance
@@ -133,6 +141,8 @@ impl RateLease {
             pending: AtomicBool::new(false),
             empty_until: AtomicU64::new(0),
             give_back: AtomicI64::new(0),
+            owed: AtomicI64::new(0),
+            owed_since: AtomicU64::new(0),
             left: AtomicI64::new(per_minute as i64),
             last_answer: AtomicU64::new(0),
             balance_after: AtomicI64::new(0),
@@ -235,6 +245,23 @@ impl RateLease {
         self.top_up();
     }
 
+    /// Owes the shared bucket `n` units (`n` < 0: gives them back) that the fallback of
+    /// `on_store_error: local` admitted, or refunded, while the store could not answer, as of
+    /// `at` (`now_ns`: when the outage began). The next call hands them over: the bucket is then
+    /// charged what the replicas admitted during the outage, as of its start (the script's GCRA
+    /// form), so that over the outage and after it they admit together what the shared limit
+    /// allows, not that plus every replica's fallback.
+    pub fn owe(&self, n: i64, at: u64) {
+        self.owed.fetch_add(n, Ordering::Relaxed);
+        if at != 0 {
+            let _ = self
+                .owed_since
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                    (t == 0 || at < t).then_some(at)
+                });
+        }
+    }
+
     /// Refills (and hands debt over) when the balance fell below the low mark.
     fn top_up(self: &Arc<Self>) {
         if self.balance.load(Ordering::Relaxed) < self.low.load(Ordering::Relaxed)
@@ -266,8 +293,8 @@ impl RateLease {
         self.store.spawn(async move { me.run(ask).await });
     }
 
-    /// On the store's thread: size the lease from this replica's rate, hand over debt or an
-    /// excess, ask for what is missing, and wake the waiters.
+    /// On the store's thread: size the lease from this replica's rate, hand over debt, an excess
+    /// and what is owed, ask for what is missing, and wake the waiters.
     async fn run(&self, ask: Ask) {
         let now = now_ns();
         let last = self.last_answer.load(Ordering::Relaxed);
@@ -278,7 +305,7 @@ impl RateLease {
             let per_horizon = used * HORIZON.as_nanos() as f64 / (now - last) as f64;
             target = (per_horizon.ceil() as i64).clamp(1, self.per_minute as i64);
         }
-        let (delta, want) = match ask {
+        let (own, want) = match ask {
             Ask::Release => {
                 let give = self.balance.swap(0, Ordering::Relaxed);
                 (give, 0)
@@ -304,15 +331,27 @@ impl RateLease {
             }
         };
         let back = self.give_back.swap(0, Ordering::Relaxed);
-        let delta = delta + back;
-        if delta != 0 || want != 0 {
+        let owed = self.owed.swap(0, Ordering::Relaxed);
+        let owed_at = self.owed_since.swap(0, Ordering::Relaxed);
+        // Owed units are charged as of the outage; owed refunds (of units handed over already)
+        // are given back now.
+        let (charge, refund) = (owed.max(0), (-owed).max(0));
+        let delta = own + back + refund;
+        if delta != 0 || want != 0 || charge != 0 {
+            let age_us = if charge > 0 {
+                now_ns().saturating_sub(owed_at) / 1000
+            } else {
+                0
+            };
             let mut inv = BUCKET.prepare_invoke();
             inv.key(&self.key)
                 .arg(self.per_minute)
                 .arg(delta)
                 .arg(want)
                 .arg(SHARE)
-                .arg(self.window_us);
+                .arg(self.window_us)
+                .arg(charge)
+                .arg(age_us);
             match self.store.call(&inv).await {
                 Ok(v) if v.len() == 3 => {
                     let (grant, left, wait_us) = (v[0], v[1], v[2]);
@@ -329,26 +368,44 @@ impl RateLease {
                     self.target.store(target, Ordering::Relaxed);
                     self.low.store((target / 2).max(1), Ordering::Relaxed);
                 }
-                // Unanswered (or malformed): what was handed over is the lease's again.
-                _ => {
-                    self.balance.fetch_add(delta - back, Ordering::Relaxed);
-                    self.give_back.fetch_add(back, Ordering::Relaxed);
-                }
+                // Answered, but not as the script answers: nothing to apply.
+                Ok(_) => self.undo(Unanswered::NotRun, own, back, owed, owed_at),
+                Err(how) => self.undo(how, own, back, owed, owed_at),
             }
         }
         self.pending.store(false, Ordering::Release);
         self.answered.notify_waiters();
     }
 
-    /// Maintenance: hands over debt left while the store was down; gives back a lease that sat
-    /// unused for a whole tick.
-    fn tick(self: &Arc<Self>) {
+    /// After a call without an answer: what it handed over is the lease's again where Redis
+    /// surely did not take it. Where it may have, only what cannot admit more comes back (debt
+    /// and owed units, handed over again: charged twice at worst); what was given back stays
+    /// given, and a grant that never came is not counted.
+    fn undo(&self, how: Unanswered, own: i64, back: i64, owed: i64, owed_at: u64) {
+        let surely_not = how == Unanswered::NotRun;
+        if surely_not || own < 0 {
+            self.balance.fetch_add(own, Ordering::Relaxed);
+        }
+        if surely_not {
+            self.give_back.fetch_add(back, Ordering::Relaxed);
+        }
+        if surely_not || owed > 0 {
+            self.owe(owed, owed_at);
+        }
+    }
+
+    /// Maintenance: hands over debt and owed units left while the store was down; gives back a
+    /// lease that sat unused for a whole tick.
+    pub(super) fn tick(self: &Arc<Self>) {
         if self.pending.load(Ordering::Relaxed) || !self.store.is_up() {
             return;
         }
         let b = self.balance.load(Ordering::Relaxed);
         let seen = self.seen.swap(b, Ordering::Relaxed);
-        if b < 0 || self.give_back.load(Ordering::Relaxed) != 0 {
+        if b < 0
+            || self.give_back.load(Ordering::Relaxed) != 0
+            || self.owed.load(Ordering::Relaxed) != 0
+        {
             self.call(Ask::Need(0));
         } else if b > 0 && b == seen {
             self.call(Ask::Release);
@@ -359,319 +416,31 @@ impl RateLease {
 impl Drop for RateLease {
     /// A reload or the shutdown dropped the policy: what the lease holds (or owes) goes back.
     fn drop(&mut self) {
-        let b = *self.balance.get_mut() + *self.give_back.get_mut();
-        if b == 0 {
+        let owed = *self.owed.get_mut();
+        let (charge, refund) = (owed.max(0), (-owed).max(0));
+        let b = *self.balance.get_mut() + *self.give_back.get_mut() + refund;
+        if b == 0 && charge == 0 {
             return;
         }
+        let since = *self.owed_since.get_mut();
         let store = self.store.clone();
         let key = std::mem::take(&mut self.key);
         let (per_minute, window_us) = (self.per_minute, self.window_us);
         self.store.spawn(async move {
+            // A reload during an outage: what is owed waits a while for the store to be back.
+            if !store.is_up() {
+                let _ = tokio::time::timeout(DROPPED_WAIT, store.reconnected()).await;
+            }
             let mut inv = BUCKET.prepare_invoke();
             inv.key(&key)
                 .arg(per_minute)
                 .arg(b)
                 .arg(0)
                 .arg(SHARE)
-                .arg(window_us);
+                .arg(window_us)
+                .arg(charge)
+                .arg(now_ns().saturating_sub(since) / 1000);
             let _ = store.call(&inv).await;
         });
     }
-}
-
-// --- concurrency (max_concurrent) ---
-
-/// What a slots call asks for.
-#[derive(Debug, Clone, Copy)]
-enum Want {
-    /// Enough for the waiting requests, plus a spare.
-    More,
-    /// What this replica keeps: gives back an excess, renews the rest.
-    Fit,
-}
-
-/// This replica's concurrency slots of one shared max_concurrent policy.
-pub struct SlotLease {
-    store: Arc<Store>,
-    key: String,
-    /// This instance's name in Redis: the replica and which build of the policies.
-    holder: String,
-    max: u32,
-    /// `held << 32 | in_use`, so that a take checks both in one compare-and-swap.
-    state: AtomicU64,
-    pending: AtomicBool,
-    /// Slots this replica keeps held after a release: its recent peak in use plus a spare while
-    /// Redis has free slots for the others too; 0 (give back at once) when it has none.
-    keep: AtomicU32,
-    /// The most in use since the last maintenance tick.
-    peak: AtomicU32,
-    /// Slots free across replicas after the last answer.
-    free: AtomicU32,
-    /// In use at the last maintenance tick (idle detection).
-    seen: AtomicU64,
-    /// Requests waiting for a slot: a call asks for all of them.
-    waiting: AtomicU32,
-    answered: Notify,
-}
-
-impl std::fmt::Debug for SlotLease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (held, in_use) = split(self.state.load(Ordering::Relaxed));
-        f.debug_struct("SlotLease")
-            .field("key", &self.key)
-            .field("held", &held)
-            .field("in_use", &in_use)
-            .finish()
-    }
-}
-
-fn split(s: u64) -> (u32, u32) {
-    ((s >> 32) as u32, s as u32)
-}
-
-fn join(held: u32, in_use: u32) -> u64 {
-    u64::from(held) << 32 | u64::from(in_use)
-}
-
-impl SlotLease {
-    pub fn new(store: &Arc<Store>, key: String, holder: String, max: u32) -> Arc<SlotLease> {
-        Arc::new(SlotLease {
-            store: store.clone(),
-            key,
-            holder,
-            max,
-            state: AtomicU64::new(0),
-            pending: AtomicBool::new(false),
-            keep: AtomicU32::new(0),
-            peak: AtomicU32::new(0),
-            free: AtomicU32::new(max),
-            seen: AtomicU64::new(0),
-            waiting: AtomicU32::new(0),
-            answered: Notify::new(),
-        })
-    }
-
-    fn take(&self) -> bool {
-        let mut s = self.state.load(Ordering::Relaxed);
-        loop {
-            let (held, in_use) = split(s);
-            if in_use >= held {
-                return false;
-            }
-            match self.state.compare_exchange_weak(
-                s,
-                join(held, in_use + 1),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => {
-                    if in_use + 1 > self.peak.load(Ordering::Relaxed) {
-                        self.peak.fetch_max(in_use + 1, Ordering::Relaxed);
-                    }
-                    return true;
-                }
-                Err(x) => s = x,
-            }
-        }
-    }
-
-    /// A slot if one is held spare; never waits.
-    pub fn try_now(self: &Arc<Self>) -> Got {
-        if self.take() {
-            return Got::Yes;
-        }
-        if !self.store.is_up() {
-            return Got::Unavailable;
-        }
-        Got::WouldWait
-    }
-
-    /// [`SlotLease::try_now`], asking the store for a slot (until `deadline`) when none is spare.
-    pub async fn acquire(self: &Arc<Self>, deadline: tokio::time::Instant) -> Got {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        // Until a slot is this request's, the store says none is free, or it cannot answer in
-        // time: a slot that another request took first is asked again.
-        let mut asked = false;
-        let got = loop {
-            let notified = self.answered.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            match self.try_now() {
-                Got::WouldWait if asked && self.free.load(Ordering::Relaxed) == 0 => {
-                    break Got::Empty(Duration::from_secs(1));
-                }
-                Got::WouldWait => {}
-                g => break g,
-            }
-            self.call(Want::More);
-            if !wait_answer(notified, deadline).await {
-                break Got::Unavailable;
-            }
-            asked = true;
-        };
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
-        got
-    }
-
-    /// A request ended: its slot is spare now, or goes back when more are held than kept.
-    pub fn release(self: &Arc<Self>) {
-        let (held, in_use) = split(self.state.fetch_sub(1, Ordering::Relaxed) - 1);
-        if held > in_use && held > self.keep.load(Ordering::Relaxed) && self.store.is_up() {
-            self.call(Want::Fit);
-        }
-    }
-
-    /// Slots free for this replica as it knows them (its spare plus Redis' free after the last
-    /// answer), for `x-ratelimit-remaining-concurrency`.
-    pub fn remaining(&self) -> u64 {
-        let (held, in_use) = split(self.state.load(Ordering::Relaxed));
-        u64::from(self.free.load(Ordering::Relaxed) + held.saturating_sub(in_use))
-    }
-
-    fn call(self: &Arc<Self>, want: Want) {
-        if self.pending.swap(true, Ordering::Acquire) {
-            return;
-        }
-        let me = self.clone();
-        self.store.spawn(async move { me.run(want).await });
-    }
-
-    /// On the store's thread: state how many slots this holder wants (shrinking the local count
-    /// first, so that no take runs past what Redis is told), renew their TTL, wake the waiters.
-    async fn run(&self, want: Want) {
-        let mut s = self.state.load(Ordering::Relaxed);
-        let wanted = loop {
-            let (held, in_use) = split(s);
-            let keep = self.keep.load(Ordering::Relaxed);
-            let wanted = match want {
-                Want::More => {
-                    let spare = (self.peak.load(Ordering::Relaxed) / 4).max(1);
-                    keep.max(in_use + self.waiting.load(Ordering::Relaxed).max(1) + spare)
-                }
-                Want::Fit => in_use.max(keep.min(held)),
-            };
-            if wanted >= held {
-                break wanted;
-            }
-            match self.state.compare_exchange_weak(
-                s,
-                join(wanted, in_use),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break wanted,
-                Err(x) => s = x,
-            }
-        };
-        let (_, in_use) = split(self.state.load(Ordering::Relaxed));
-        let mut inv = SLOTS.prepare_invoke();
-        inv.key(&self.key)
-            .arg(&self.holder)
-            .arg(self.max)
-            .arg(in_use)
-            .arg(wanted.max(in_use))
-            .arg(self.store.config().slot_ttl.as_micros() as u64);
-        if let Ok(v) = self.store.call(&inv).await {
-            if v.len() == 2 {
-                let (held, free) = (v[0].max(0) as u32, v[1].max(0) as u32);
-                let mut s = self.state.load(Ordering::Relaxed);
-                loop {
-                    let (_, in_use) = split(s);
-                    match self.state.compare_exchange_weak(
-                        s,
-                        join(held.max(in_use), in_use),
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break,
-                        Err(x) => s = x,
-                    }
-                }
-                self.free.store(free, Ordering::Relaxed);
-                let (_, in_use) = split(self.state.load(Ordering::Relaxed));
-                let peak = self.peak.load(Ordering::Relaxed).max(in_use);
-                let spare = (peak / 4).max(1);
-                let keep = if free >= spare { peak + spare } else { 0 };
-                self.keep.store(keep, Ordering::Relaxed);
-            }
-        }
-        self.pending.store(false, Ordering::Release);
-        self.answered.notify_waiters();
-    }
-
-    /// Maintenance: renews held slots (re-asserting them after a reconnection, in case Redis
-    /// restarted empty) and gives back spare slots of an idle policy.
-    fn tick(self: &Arc<Self>) {
-        if self.pending.load(Ordering::Relaxed) || !self.store.is_up() {
-            return;
-        }
-        let (held, in_use) = split(self.state.load(Ordering::Relaxed));
-        let seen = self.seen.swap(u64::from(in_use), Ordering::Relaxed);
-        // The peak decays to what is in use now; an idle policy keeps nothing.
-        self.peak.store(in_use, Ordering::Relaxed);
-        if held == 0 {
-            return;
-        }
-        if in_use == 0 && seen == 0 {
-            self.keep.store(0, Ordering::Relaxed);
-        }
-        self.call(Want::Fit);
-    }
-}
-
-impl Drop for SlotLease {
-    fn drop(&mut self) {
-        let (held, _) = split(*self.state.get_mut());
-        if held == 0 {
-            return;
-        }
-        let store = self.store.clone();
-        let key = std::mem::take(&mut self.key);
-        let holder = std::mem::take(&mut self.holder);
-        let (max, ttl) = (self.max, store.config().slot_ttl.as_micros() as u64);
-        self.store.spawn(async move {
-            let mut inv = SLOTS.prepare_invoke();
-            inv.key(&key).arg(&holder).arg(max).arg(0).arg(0).arg(ttl);
-            let _ = store.call(&inv).await;
-        });
-    }
-}
-
-// --- maintenance ---
-
-/// Every lease of one build of the policies, for the maintenance task.
-#[derive(Default)]
-pub struct Leases {
-    pub rates: Vec<Weak<RateLease>>,
-    pub slots: Vec<Weak<SlotLease>>,
-}
-
-/// Runs on the store's thread until every lease of `leases` is gone (the policies were
-/// reloaded or the gateway stops): renews and gives back each tick, and at once after a
-/// reconnection.
-pub fn maintain(store: &Arc<Store>, leases: Leases) {
-    let tick = TICK.min(store.config().slot_ttl / 3);
-    let s = store.clone();
-    store.spawn_background(async move {
-        let mut interval = tokio::time::interval(tick);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = interval.tick() => {}
-                _ = s.reconnected() => {}
-            }
-            let mut alive = false;
-            for r in leases.rates.iter().filter_map(Weak::upgrade) {
-                alive = true;
-                r.tick();
-            }
-            for l in leases.slots.iter().filter_map(Weak::upgrade) {
-                alive = true;
-                l.tick();
-            }
-            if !alive {
-                return;
-            }
-        }
-    });
 }

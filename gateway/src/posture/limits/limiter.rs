@@ -1,7 +1,8 @@
 //! The local limiter of one policy: requests and tokens each a GCRA, concurrency a count of
 //! slots. The same limiter serves a local policy and, divided by the replica count, a shared
 //! policy's fallback while the store cannot be reached, so both admit by one algorithm
-//! ([`Local::take`]).
+//! ([`Local::take`]; the fallback through [`Local::take_fallback`], which first empties the
+//! buckets as of the outage's start).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -54,6 +55,17 @@ impl Gcra {
                 Ok(_) => return Ok(new),
                 Err(t) => tat = t,
             }
+        }
+    }
+
+    /// Empties the bucket as of `t` (`now_ns`) unless it already was: from here on it holds
+    /// only what refills after `t`, and debt beyond that is kept. The GCRA's one timestamp makes
+    /// this a `max`: a fallback's state carries across outages (what it admitted in one is not
+    /// forgotten in the next) and is never recreated full.
+    pub(super) fn empty_since(&self, t: u64) {
+        let floor = t.saturating_add(self.window);
+        if self.tat.load(Ordering::Relaxed) < floor {
+            self.tat.fetch_max(floor, Ordering::Relaxed);
         }
     }
 
@@ -166,6 +178,38 @@ impl Local {
             }
         }
         Ok(())
+    }
+
+    /// [`Local::take`] for a shared policy's fallback, in an outage of the store that began at
+    /// `since` (`now_ns`): the rates hold only what refilled since then (this replica's part of
+    /// the limit, as of an empty bucket), and the slots count the `leased` ones this replica's
+    /// requests hold from its lease, so that the fallback adds slots up to its part and no
+    /// further.
+    pub(super) fn take_fallback(
+        &self,
+        kind: Kind,
+        now: u64,
+        since: u64,
+        leased: u32,
+    ) -> Result<(), Duration> {
+        match kind {
+            Kind::Concurrency => {
+                if let Some(max) = self.max_concurrent {
+                    let was = self.inflight.fetch_add(1, Ordering::Relaxed);
+                    if was.saturating_add(leased) >= max {
+                        self.inflight.fetch_sub(1, Ordering::Relaxed);
+                        return Err(Duration::from_secs(1));
+                    }
+                }
+                return Ok(());
+            }
+            Kind::Requests => self.requests.as_ref(),
+            Kind::Tokens => self.tokens.as_ref(),
+        }
+        .map_or(Ok(()), |g| {
+            g.empty_since(since);
+            self.take(kind, now)
+        })
     }
 
     /// Gives back the request [`Local::take`] took (a rollback).

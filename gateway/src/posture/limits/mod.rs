@@ -49,8 +49,11 @@
 //! the same semantics as the GCRA above (a minute's budget as burst, continuous refill, debt
 //! carried); concurrency is a count of slots per replica with a time to live (`scripts::SLOTS`). The
 //! local algorithm above is unchanged and used without a store; with one, it is the fallback of
-//! `on_store_error: local`, with every limit divided by `replicas`. Shared counters are not reset
-//! by a reload (they live in Redis).
+//! `on_store_error: local`, with every limit divided by `replicas`, empty as of the moment an
+//! outage began (a GCRA's one timestamp moved forward, never a bucket recreated full: an outage
+//! admits at most what this replica's part refills while it lasts), and what it admits is owed
+//! to the shared bucket when the store answers again. Shared counters are not reset by a reload
+//! (they live in Redis).
 
 pub mod admission;
 pub mod clock;
@@ -61,8 +64,12 @@ pub mod policy;
 pub mod response;
 pub mod scripts;
 mod shared;
+pub mod slot_lease;
 mod state;
 pub mod store;
+mod store_config;
+mod store_stats;
+mod upkeep;
 
 use crate::routing::AliasMap;
 use std::future::Future;
@@ -75,11 +82,11 @@ use serde_json::Value;
 
 use crate::checker::Checker;
 use crate::posture::limits::clock::now_ns;
-use crate::posture::limits::lease::Leases;
 use crate::posture::limits::policy::{LimitsConfig, Policy};
 use crate::posture::limits::shared::Refused;
 use crate::posture::limits::state::PolicyState;
 use crate::posture::limits::store::{Store, StoreConfig};
+use crate::posture::limits::upkeep::Leases;
 
 pub use admission::Admission;
 pub use policy::{Kind, Scope};
@@ -177,7 +184,7 @@ impl<'s> Builder<'s> {
 
     fn finish(self) {
         if let Some((s, _, leases)) = self.shared {
-            lease::maintain(s, leases);
+            upkeep::maintain(s, leases);
         }
     }
 }
@@ -476,235 +483,4 @@ impl Limits {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::checker::ConfigError;
-    use crate::posture::limits::clock::WINDOW_NS;
-    use crate::posture::limits::limiter::Local;
-    use crate::posture::limits::response::fmt_duration;
-    use http::HeaderMap;
-    use std::sync::atomic::Ordering;
-    use std::time::{Duration, Instant};
-
-    const S: u64 = 1_000_000_000;
-
-    fn limits(json: &str, keys: &[&str], models: &[&str]) -> (Limits, Vec<ConfigError>) {
-        let v: Value = serde_json::from_str(json).unwrap();
-        let keys: Vec<String> = keys.iter().map(|s| s.to_string()).collect();
-        let mut c = Checker::default();
-        let l = Limits::from_config(&mut c, Some(&v), &keys, models, StoreSource::CheckOnly);
-        (l, c.errors)
-    }
-
-    #[test]
-    fn requests_per_minute_burst_then_refill() {
-        let (l, e) = limits(r#"{"keys":{"a":{"requests_per_minute":60}}}"#, &["a"], &[]);
-        assert!(e.is_empty());
-        let t0 = 100 * S;
-        for i in 0..60 {
-            assert!(l.admit_at(t0, Some("a"), "m", 0).is_ok(), "request {i}");
-        }
-        let r = l.admit_at(t0, Some("a"), "m", 0).unwrap_err();
-        assert_eq!(r.kind, Kind::Requests);
-        assert_eq!(r.retry_after_secs(), 1);
-        // One per second refills.
-        assert!(l.admit_at(t0 + S, Some("a"), "m", 0).is_ok());
-        assert!(l.admit_at(t0 + S, Some("a"), "m", 0).is_err());
-        // Other keys and the open path are not affected.
-        assert!(l.admit_at(t0, Some("b"), "m", 0).is_ok());
-        assert!(l.admit_at(t0, None, "m", 0).is_ok());
-    }
-
-    #[test]
-    fn tokens_checked_before_charged_after() {
-        let (l, _) = limits(
-            r#"{"models":{"m":{"tokens_per_minute":1000}}}"#,
-            &[],
-            &["m"],
-        );
-        let t0 = 100 * S;
-        let mut a = l.admit_at(t0, None, "m", 100).unwrap();
-        // Real usage far above the estimate: the bucket goes into debt (overshoot).
-        a.settle(5000);
-        let r = l.admit_at(t0, None, "m", 10).unwrap_err();
-        assert_eq!(r.kind, Kind::Tokens);
-        // Debt of 4000 tokens at 1000/min: about 4 minutes until any budget returns.
-        assert!(
-            r.retry_after >= Duration::from_secs(239),
-            "{:?}",
-            r.retry_after
-        );
-        assert!(l.admit_at(t0 + 241 * S, None, "m", 10).is_ok());
-    }
-
-    #[test]
-    fn settle_refunds_overestimate() {
-        let (l, _) = limits(
-            r#"{"models":{"m":{"tokens_per_minute":1000}}}"#,
-            &[],
-            &["m"],
-        );
-        let t0 = 100 * S;
-        let mut a = l.admit_at(t0, None, "m", 900).unwrap();
-        a.settle(100);
-        let st = &l.models["m"];
-        let rem = st.local.tokens.as_ref().unwrap().remaining(t0);
-        assert!((899..=900).contains(&rem), "{rem}");
-    }
-
-    #[test]
-    fn concurrency_guard_releases_on_drop() {
-        let (l, _) = limits(
-            r#"{"default_key":{"max_concurrent":2},"models":{"m":{"requests_per_minute":1000}}}"#,
-            &["a", "b"],
-            &["m"],
-        );
-        let a1 = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap();
-        let a2 = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap();
-        let r = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap_err();
-        assert_eq!(r.kind, Kind::Concurrency);
-        assert_eq!(r.scope, Scope::Key);
-        // Key b has its own slots.
-        let _b = l.admit_at(now_ns(), Some("b"), "m", 0).unwrap();
-        drop(a1);
-        let a3 = l.admit_at(now_ns(), Some("a"), "m", 0).unwrap();
-        drop((a2, a3));
-        assert_eq!(l.keys["a"].local.inflight.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn rejection_rolls_back_earlier_policies() {
-        let (l, _) = limits(
-            r#"{"keys":{"a":{"requests_per_minute":100,"max_concurrent":5}},
-                "models":{"m":{"requests_per_minute":1}}}"#,
-            &["a"],
-            &["m"],
-        );
-        let t0 = 100 * S;
-        let _first = l.admit_at(t0, Some("a"), "m", 0).unwrap();
-        let r = l.admit_at(t0, Some("a"), "m", 0).unwrap_err();
-        assert_eq!((r.scope, r.kind), (Scope::Model, Kind::Requests));
-        let k = &l.keys["a"];
-        assert_eq!(
-            k.local.inflight.load(Ordering::Relaxed),
-            1,
-            "the rejected request's slot was released"
-        );
-        assert_eq!(k.local.requests.as_ref().unwrap().remaining(t0), 99);
-    }
-
-    #[test]
-    fn rejection_headers() {
-        let (l, _) = limits(
-            r#"{"keys":{"a":{"requests_per_minute":2,"tokens_per_minute":1000}},"headers_on_success":true}"#,
-            &["a"],
-            &[],
-        );
-        let t0 = 100 * S;
-        let _a = l.admit_at(t0, Some("a"), "m", 10).unwrap();
-        let h: HeaderMap = _a.headers().into_iter().collect();
-        assert_eq!(h["x-ratelimit-limit-requests"], "2");
-        assert_eq!(h["x-ratelimit-limit-tokens"], "1000");
-        let _b = l.admit_at(t0, Some("a"), "m", 10).unwrap();
-        let r = l.admit_at(t0, Some("a"), "m", 10).unwrap_err();
-        let mut h = HeaderMap::new();
-        r.apply_headers(&mut h);
-        assert_eq!(h["retry-after"], "30");
-        assert_eq!(h["x-ratelimit-limit-requests"], "2");
-        assert_eq!(h["x-ratelimit-remaining-requests"], "0");
-        assert_eq!(h["x-ratelimit-limit-tokens"], "1000");
-        assert!(h.contains_key("x-ratelimit-reset-tokens"));
-        assert!(h.contains_key("x-ratelimit-reset-requests"));
-        let e = r.to_gw_error();
-        assert_eq!(e.status, 429);
-        assert_eq!(e.retry_after, Some(30));
-    }
-
-    #[test]
-    fn config_errors_have_paths() {
-        let (_, e) = limits(
-            r#"{"keys":{"zz":{"requests_per_minute":1}},"models":{"m":{"max_concurrent":0},"q":{}}}"#,
-            &["a"],
-            &["m"],
-        );
-        let p: Vec<_> = e.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(
-            p,
-            [
-                "$.limits.keys.zz",
-                "$.limits.models.m.max_concurrent",
-                "$.limits.models.q"
-            ]
-        );
-        let (_, e) = limits(r#"{"modles":{}}"#, &[], &[]);
-        assert_eq!(e[0].path, "$.limits");
-    }
-
-    #[test]
-    fn store_section_is_checked_and_divides_the_fallback() {
-        let (l, e) = limits(
-            r#"{"models":{"m":{"requests_per_minute":10,"max_concurrent":5}},
-                "store":{"url":"redis://h:1/0","replicas":3}}"#,
-            &[],
-            &["m"],
-        );
-        assert!(e.is_empty(), "{e:?}");
-        // Divided by the replicas, rounded up, never below one.
-        let fb = Local::divided(&l.models["m"].policy, 3);
-        assert_eq!(fb.max_concurrent, Some(2));
-        assert_eq!(fb.requests.unwrap().interval, WINDOW_NS / 4);
-        let fb = Local::divided(&l.models["m"].policy, 50);
-        assert_eq!(fb.max_concurrent, Some(1));
-        let (_, e) = limits(r#"{"store":{"url":"ftp://h"}}"#, &[], &[]);
-        assert_eq!(e[0].path, "$.limits.store.url");
-        // Without a connected store admission is the local one, even with the section.
-        assert!(matches!(l.admit(None, "m", 0), Admit::Now(Ok(_))));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(fmt_duration(Duration::from_millis(250)), "250ms");
-        assert_eq!(fmt_duration(Duration::from_millis(1200)), "2s");
-        assert_eq!(fmt_duration(Duration::from_secs(90)), "1m30s");
-    }
-
-    /// Cost of one admission against one shared policy, single-threaded and with every core
-    /// hammering the same policy (the worst case for the global atomics). Run with
-    /// `cargo test -p gateway --release limits::tests::bench_admit -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn bench_admit() {
-        let (l, _) = limits(
-            r#"{"keys":{"a":{"requests_per_minute":1000000000,"tokens_per_minute":1000000000,"max_concurrent":100000}}}"#,
-            &["a"],
-            &[],
-        );
-        let l = Arc::new(l);
-        let n = 2_000_000u64;
-        let threads = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        for t in [1, threads] {
-            let start = Instant::now();
-            let hs: Vec<_> = (0..t)
-                .map(|_| {
-                    let l = l.clone();
-                    std::thread::spawn(move || {
-                        for _ in 0..n {
-                            let mut a = l.admit_at(now_ns(), Some("a"), "m", 10).unwrap();
-                            a.settle(12);
-                        }
-                    })
-                })
-                .collect();
-            for h in hs {
-                h.join().unwrap();
-            }
-            let el = start.elapsed();
-            println!(
-                "admit+settle+drop, {t} thread(s): {:.1} ns per request per thread",
-                el.as_nanos() as f64 / n as f64
-            );
-        }
-    }
-}
+mod tests;

@@ -8,7 +8,9 @@ pub const BUCKET: &str = r#"
 -- hash KEYS[1] = {t = units left, ts = when, in microseconds of Redis' own TIME}. A new bucket is
 -- full (the limit); it refills continuously at the limit per minute up to the limit, and may go
 -- below zero (tokens are charged after the fact), which later grants wait out: the local
--- limiter's GCRA with a one-minute burst, in the form Redis can hold.
+-- limiter's GCRA with a one-minute burst, in the form Redis can hold. While it sits full, what
+-- would refill is lost to the cap; {ff, ft} keep the last span it sat full, for units owed from
+-- that span (ARGV[6]).
 --
 -- ARGV[1] the limit per minute
 -- ARGV[2] units given back (> 0) or charged (< 0) before granting
@@ -16,21 +18,53 @@ pub const BUCKET: &str = r#"
 -- ARGV[4] share: a grant is at most what is left / share, and at least 1 while 1 is left, so
 --         that replicas' leases shrink to single units near the limit
 -- ARGV[5] the window the limit is per, microseconds (a minute; a spend budget's period)
+-- ARGV[6] units the replica admitted while it could not reach Redis (optional, default 0)
+-- ARGV[7] how long ago, microseconds, that began (optional): ARGV[6] is charged as of then
 -- Returns {granted, units left (floored), microseconds until 1 unit is left (0 when it is)}.
 local limit = tonumber(ARGV[1])
 local delta = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local share = tonumber(ARGV[4])
 local rate = limit / (tonumber(ARGV[5]) or 60000000)
+local owed = tonumber(ARGV[6]) or 0
+local owed_age = tonumber(ARGV[7]) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local s = redis.call('HMGET', KEYS[1], 't', 'ts')
+local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'ff', 'ft')
 local left = tonumber(s[1])
 local ts = tonumber(s[2])
+local ff = tonumber(s[3])
+local ft = tonumber(s[4])
 if left == nil or ts == nil then
   left = limit
-elseif now > ts then
+  ts = now
+  ff = nil
+  ft = nil
+end
+if now > ts then
+  local full_at = ts + (limit - left) / rate
+  if full_at < now then
+    -- Full from full_at to now; a span that went on since the last call keeps its start.
+    if not (ft == ts and left >= limit) then
+      ff = full_at
+    end
+    ft = now
+  end
   left = math.min(limit, left + (now - ts) * rate)
+end
+if owed > 0 then
+  -- Charged as of the outage's start: what refilled while the bucket sat full since then (lost
+  -- to the cap) pays first, so that the replicas' owed units add up to what they admitted
+  -- against what refilled, whichever answers first (a GCRA's charge as of a past moment).
+  if ff ~= nil and ft ~= nil then
+    local from = math.max(ff, now - owed_age)
+    if from < ft then
+      local paid = math.min(owed, (ft - from) * rate)
+      owed = owed - paid
+      ff = from + paid / rate
+    end
+  end
+  left = left - owed
 end
 left = math.min(limit, left + delta)
 local grant = 0
@@ -39,8 +73,11 @@ if want > 0 and left >= 1 then
   left = left - grant
 end
 redis.call('HSET', KEYS[1], 't', string.format('%.17g', left), 'ts', string.format('%.17g', now))
+if ff ~= nil and ft ~= nil then
+  redis.call('HSET', KEYS[1], 'ff', string.format('%.17g', ff), 'ft', string.format('%.17g', ft))
+end
 -- Kept while it matters: until it would be full again, and a minute more.
-redis.call('PEXPIRE', KEYS[1], math.ceil((limit - left) / rate / 1000) + 60000)
+redis.call('PEXPIRE', KEYS[1], math.ceil(math.max(0, limit - left) / rate / 1000) + 60000)
 local wait = 0
 if left < 1 then
   wait = math.ceil((1 - left) / rate)

@@ -1,22 +1,25 @@
 //! Shared admission: a request admitted from this replica's leases of each shared policy, part
 //! by part in the local order, waiting for the store only when a lease cannot tell, and falling
 //! back by `on_store_error` when the store cannot answer (`local`: the same limiter as a local
-//! policy, divided by the replica count). Also the leases a policy is shared through.
+//! policy, divided by the replica count, empty as of the outage's start, and what it admits
+//! owed to the shared bucket). Also the leases a policy is shared through.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::admission::Admission;
 use super::clock::{now_ns, WINDOW_NS};
-use super::lease::{Got, Leases, RateLease, SlotLease};
+use super::lease::{Got, RateLease};
 use super::limiter::Local;
 use super::local::PARTS;
 use super::policy::Kind;
 use super::response::Rejection;
+use super::slot_lease::SlotLease;
 use super::state::{
     PolicyState, Shared, REQ_LEASE, REQ_LOCAL, SLOT_LEASE, SLOT_LOCAL, TOK_LEASE, TOK_LOCAL,
 };
 use super::store::{self, OnError, Store};
+use super::upkeep::Leases;
 
 /// Why a shared admission did not complete.
 pub(super) enum Refused {
@@ -35,7 +38,7 @@ pub(super) async fn admit(
 ) -> Result<Admission, Refused> {
     let mut adm = Admission::new(estimated_tokens, headers_on_success, true);
     let need_tokens = estimated_tokens.max(1) as i64;
-    let mut fell_back = false;
+    let mut fell_back = FellBack::default();
     for st in policies.into_iter().flatten() {
         let Some(sh) = &st.shared else {
             continue;
@@ -59,7 +62,7 @@ pub(super) async fn admit(
             match part(store, st, sh, kind, got, &mut fell_back) {
                 Ok(bit) => adm.via[i] |= bit,
                 Err(r) => {
-                    if fell_back {
+                    if fell_back.decided {
                         store::count_fallback(store.config().on_error);
                     }
                     adm.rollback();
@@ -68,7 +71,7 @@ pub(super) async fn admit(
             }
         }
     }
-    if fell_back {
+    if fell_back.decided {
         store::count_fallback(store.config().on_error);
     }
     // Every check passed: reserve the token estimate.
@@ -82,21 +85,34 @@ pub(super) async fn admit(
         }
         if let (true, Some(t)) = (via & TOK_LOCAL != 0, sh.fallback_tokens()) {
             t.charge(now, estimated_tokens);
+            if let Some(l) = &sh.tokens {
+                l.owe(estimated_tokens as i64, fell_back.since);
+            }
         }
     }
     Ok(adm)
 }
 
+/// Whether `on_store_error` decided a part of an admission, and, for `local`, when the outage
+/// began.
+#[derive(Default)]
+struct FellBack {
+    decided: bool,
+    since: u64,
+}
+
 /// One part of a shared admission, from what its lease could do: the `via` bit to record, or
 /// the refusal. While the store cannot answer, `on_store_error: local` takes the part from the
-/// policy's fallback exactly as local admission takes it ([`Local::take`]).
+/// policy's fallback as local admission takes it, from what its part of the limit refilled
+/// since the outage began ([`Local::take_fallback`]); a request so admitted is owed to the
+/// shared bucket ([`RateLease::owe`]).
 fn part(
     store: &Store,
     st: &PolicyState,
     sh: &Shared,
     kind: Kind,
     got: Got,
-    fell_back: &mut bool,
+    fell_back: &mut FellBack,
 ) -> Result<u8, Refused> {
     let (lease_bit, local_bit) = match kind {
         Kind::Requests => (REQ_LEASE, REQ_LOCAL),
@@ -108,16 +124,25 @@ fn part(
         Got::WouldWait => Err(Refused::MustWait),
         Got::Empty(wait) => Err(Refused::Rejected(Rejection::new(st, kind, now_ns(), wait))),
         Got::Unavailable => {
-            *fell_back = true;
+            fell_back.decided = true;
             match (store.config().on_error, &sh.fallback) {
                 (OnError::Admit, _) | (OnError::Local, None) => Ok(0),
                 (OnError::Reject, _) => Err(Refused::Rejected(Rejection::unavailable(
                     st.scope, kind, &st.name,
                 ))),
                 (OnError::Local, Some(fb)) => {
+                    let since = store.outage_began();
                     let now = now_ns();
-                    fb.take(kind, now)
+                    fell_back.since = since;
+                    let leased = match (kind, &sh.slots) {
+                        (Kind::Concurrency, Some(l)) => l.in_use(),
+                        _ => 0,
+                    };
+                    fb.take_fallback(kind, now, since, leased)
                         .map_err(|wait| Refused::Rejected(Rejection::new(st, kind, now, wait)))?;
+                    if let (Kind::Requests, Some(l)) = (kind, &sh.requests) {
+                        l.owe(1, since);
+                    }
                     Ok(local_bit)
                 }
             }

@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use http::HeaderValue;
 
-use super::lease::{RateLease, SlotLease};
+use super::lease::RateLease;
 use super::limiter::{Gcra, Local};
 use super::policy::{Policy, Scope};
+use super::slot_lease::SlotLease;
 
 #[derive(Debug)]
 pub(super) struct PolicyState {

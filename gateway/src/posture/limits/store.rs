@@ -28,6 +28,11 @@
 //! answer within `timeout_ms` marks the store down; while down, calls fail at once (requests use
 //! `on_store_error`) and the supervisor reconnects (connection lost, Redis restarted) or probes
 //! the open connection with `PING` (Redis slow or stopped) until it answers. No restart needed.
+//! A call past `timeout_ms` still waits for its answer up to a second (Redis paused, or this
+//! thread not scheduled, usually answers late rather than never) and its answer is applied: the
+//! units Redis granted or charged then are neither lost nor counted twice. The store also keeps
+//! when the current outage began ([`Store::outage_began`]): the fallback of
+//! `on_store_error: local` refills from that moment, never from a full bucket.
 //!
 //! # Secrets
 //! The URL carries no credentials (`validate` refuses them); user name and password come from the
@@ -36,205 +41,16 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::IntoConnectionInfo;
-use serde::Deserialize;
-use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::checker::Checker;
-
-/// What admission does while the store cannot be reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnError {
-    /// Every policy falls back to its local limiter with its limits divided by `replicas`.
-    Local,
-    /// Requests are admitted without limits.
-    Admit,
-    /// Requests are refused with a 503 in the client's dialect.
-    Reject,
-}
-
-impl OnError {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnError::Local => "local",
-            OnError::Admit => "admit",
-            OnError::Reject => "reject",
-        }
-    }
-}
-
-/// The `limits.store` section as written in the config file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Raw {
-    url: String,
-    #[serde(default)]
-    username_env: Option<String>,
-    #[serde(default)]
-    password_env: Option<String>,
-    #[serde(default)]
-    ca_file: Option<String>,
-    #[serde(default = "default_prefix")]
-    prefix: String,
-    #[serde(default = "default_timeout_ms")]
-    timeout_ms: u64,
-    #[serde(default = "default_on_error")]
-    on_store_error: OnError,
-    #[serde(default = "one")]
-    replicas: u32,
-    #[serde(default = "default_slot_ttl_ms")]
-    slot_ttl_ms: u64,
-}
-
-fn default_prefix() -> String {
-    "gateway:".into()
-}
-fn default_timeout_ms() -> u64 {
-    50
-}
-fn default_on_error() -> OnError {
-    OnError::Local
-}
-fn one() -> u32 {
-    1
-}
-fn default_slot_ttl_ms() -> u64 {
-    10_000
-}
-
-/// The checked `limits.store` section. Holds the names of the credential variables, never their
-/// values.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreConfig {
-    /// `redis://host:port/db` or `rediss://...`, without credentials.
-    pub url: String,
-    pub username_env: Option<String>,
-    pub password_env: Option<String>,
-    /// PEM roots for `rediss://` (instead of the built-in webpki roots).
-    pub ca_file: Option<String>,
-    /// Every key the gateway writes starts with it.
-    pub prefix: String,
-    /// The longest a request waits for Redis, and the bound on every call.
-    pub timeout: Duration,
-    pub on_error: OnError,
-    /// Replicas sharing the store: `on_store_error: local` divides every limit by it.
-    pub replicas: u32,
-    /// How long a replica's concurrency slots outlive its last heartbeat.
-    pub slot_ttl: Duration,
-}
-
-impl StoreConfig {
-    /// Checks `limits.store`. Unset credential variables are warnings (so that `validate` runs
-    /// where the secrets are not); everything else is an error with its path.
-    pub fn from_config(c: &mut Checker, v: &Value) -> Option<StoreConfig> {
-        let err = |c: &mut Checker, field: &str, message: String| {
-            let path = if field.is_empty() {
-                "$.limits.store".to_string()
-            } else {
-                format!("$.limits.store.{field}")
-            };
-            c.err(path, message);
-        };
-        let raw = match Raw::deserialize(v) {
-            Ok(r) => r,
-            Err(e) => {
-                err(c, "", e.to_string());
-                return None;
-            }
-        };
-        let before = c.errors.len();
-        let tls = match check_url(&raw.url) {
-            Ok(tls) => tls,
-            Err(m) => {
-                err(c, "url", m);
-                false
-            }
-        };
-        for (field, name) in [
-            ("username_env", &raw.username_env),
-            ("password_env", &raw.password_env),
-        ] {
-            match name.as_deref() {
-                Some("") => err(c, field, "must name an environment variable".into()),
-                Some(n) if std::env::var_os(n).is_none() => c.warnings.push(format!(
-                    "$.limits.store.{field}: {n} is not set; connecting without it"
-                )),
-                _ => {}
-            }
-        }
-        if let Some(ca) = &raw.ca_file {
-            if !tls {
-                err(c, "ca_file", "applies to rediss:// URLs only".into());
-            } else if let Err(e) = std::fs::read(ca) {
-                err(c, "ca_file", format!("cannot read {ca}: {e}"));
-            }
-        }
-        if raw.prefix.is_empty()
-            || raw.prefix.len() > 64
-            || !raw.prefix.bytes().all(|b| b.is_ascii_graphic())
-        {
-            err(
-                c,
-                "prefix",
-                "must be 1 to 64 visible ASCII characters".into(),
-            );
-        }
-        if !(1..=10_000).contains(&raw.timeout_ms) {
-            err(c, "timeout_ms", "must be 1 to 10000".into());
-        }
-        if !(1..=10_000).contains(&raw.replicas) {
-            err(c, "replicas", "must be 1 to 10000".into());
-        }
-        if !(500..=3_600_000).contains(&raw.slot_ttl_ms) {
-            err(c, "slot_ttl_ms", "must be 500 to 3600000".into());
-        }
-        (c.errors.len() == before).then(|| StoreConfig {
-            url: raw.url,
-            username_env: raw.username_env,
-            password_env: raw.password_env,
-            ca_file: raw.ca_file,
-            prefix: raw.prefix,
-            timeout: Duration::from_millis(raw.timeout_ms),
-            on_error: raw.on_store_error,
-            replicas: raw.replicas,
-            slot_ttl: Duration::from_millis(raw.slot_ttl_ms),
-        })
-    }
-}
-
-/// `redis://` or `rediss://` (Ok(true)), a host, no credentials, and what redis-rs accepts.
-fn check_url(url: &str) -> Result<bool, String> {
-    let (tls, rest) = if let Some(r) = url.strip_prefix("rediss://") {
-        (true, r)
-    } else if let Some(r) = url.strip_prefix("redis://") {
-        (false, r)
-    } else {
-        return Err("must start with redis:// or rediss://".into());
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return Err(
-            "must not carry credentials: name their variables in username_env / password_env"
-                .into(),
-        );
-    }
-    if authority.is_empty() || authority.starts_with(':') {
-        return Err("must name a host".into());
-    }
-    if rest.contains('#') {
-        return Err("must not have a fragment".into());
-    }
-    url.into_connection_info()
-        .map_err(|e| format!("is not a Redis URL: {e}"))?;
-    Ok(tls)
-}
-
-// --- the store and its health ---
+use super::clock::now_ns;
+pub use super::store_config::{OnError, StoreConfig};
+use super::store_stats::{self as stats, CallEnd};
+pub use super::store_stats::{count_fallback, count_wait, stats, StatsView, ROUND_TRIP_BOUNDS_US};
 
 const STARTING: u8 = 0;
 const UP: u8 = 1;
@@ -245,83 +61,16 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Counters for the metrics (rendered by `posture::metrics`, which reads them here).
-#[derive(Default)]
-struct Stats {
-    configured: AtomicU8,
-    up: AtomicU8,
-    to_up: AtomicU64,
-    to_down: AtomicU64,
-    calls_ok: AtomicU64,
-    calls_failed: AtomicU64,
-    calls_timed_out: AtomicU64,
-    waited: AtomicU64,
-    fallback: [AtomicU64; 3],
-}
-
-static STATS: Stats = Stats {
-    configured: AtomicU8::new(0),
-    up: AtomicU8::new(0),
-    to_up: AtomicU64::new(0),
-    to_down: AtomicU64::new(0),
-    calls_ok: AtomicU64::new(0),
-    calls_failed: AtomicU64::new(0),
-    calls_timed_out: AtomicU64::new(0),
-    waited: AtomicU64::new(0),
-    fallback: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
-};
-
-/// What the metrics show of the store; `None` when no store is configured.
-#[derive(Debug, Clone, Copy)]
-pub struct StatsView {
-    pub up: bool,
-    pub to_up: u64,
-    pub to_down: u64,
-    pub calls_ok: u64,
-    pub calls_failed: u64,
-    pub calls_timed_out: u64,
-    /// Admissions that waited for a store answer.
-    pub waited: u64,
-    /// Admissions decided by `on_store_error`, by decision (local, admit, reject).
-    pub fallback: [u64; 3],
-}
-
-pub fn stats() -> Option<StatsView> {
-    let s = &STATS;
-    if s.configured.load(Ordering::Relaxed) == 0 {
-        return None;
-    }
-    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    Some(StatsView {
-        up: s.up.load(Ordering::Relaxed) == 1,
-        to_up: l(&s.to_up),
-        to_down: l(&s.to_down),
-        calls_ok: l(&s.calls_ok),
-        calls_failed: l(&s.calls_failed),
-        calls_timed_out: l(&s.calls_timed_out),
-        waited: l(&s.waited),
-        fallback: [l(&s.fallback[0]), l(&s.fallback[1]), l(&s.fallback[2])],
-    })
-}
-
-/// One admission waited for the store.
-pub fn count_wait() {
-    STATS.waited.fetch_add(1, Ordering::Relaxed);
-}
-
-/// One admission was decided by `on_store_error`.
-pub fn count_fallback(d: OnError) {
-    let i = match d {
-        OnError::Local => 0,
-        OnError::Admit => 1,
-        OnError::Reject => 2,
-    };
-    STATS.fallback[i].fetch_add(1, Ordering::Relaxed);
-}
-
-/// A call that did not produce an answer (the store is down, the call failed or timed out).
+/// A call that produced no answer to use, and whether Redis may have run it all the same: the
+/// caller undoes what it handed over only when Redis surely did not take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unavailable;
+pub enum Unanswered {
+    /// Not sent (the store is down), or refused by Redis with an error: nothing was applied.
+    NotRun,
+    /// Sent and never answered (past the late bound, or the connection was lost): Redis may
+    /// have run it.
+    MaybeRun,
+}
 
 /// The connection to the shared store and its health. Started once per process.
 pub struct Store {
@@ -335,10 +84,14 @@ pub struct Store {
     generation: AtomicU64,
     /// A failed call wakes the supervisor.
     trouble: Notify,
-    /// Every (re)connection wakes the leases' maintenance.
+    /// Every return to up (a reconnection, or a probe answered) wakes the leases' maintenance.
     reconnected: Notify,
     /// Tasks spawned and not finished ([`Store::close`] waits for them).
     outstanding: AtomicUsize,
+    /// `now_ns` since when this replica has been without answers (`timeout_ms` before a call or a
+    /// request first found the store silent); 0 while the store answers. The fallback of
+    /// `on_store_error: local` refills from this moment only ([`Store::outage_began`]).
+    outage_since: AtomicU64,
     /// This process' name in Redis (the holder of its concurrency slots): random, per start.
     replica: String,
 }
@@ -403,9 +156,10 @@ impl Store {
             trouble: Notify::new(),
             reconnected: Notify::new(),
             outstanding: AtomicUsize::new(0),
+            outage_since: AtomicU64::new(0),
             replica: replica_id(),
         });
-        STATS.configured.store(1, Ordering::Relaxed);
+        stats::configured();
         let (first_tx, first_rx) = std::sync::mpsc::sync_channel(1);
         let s = store.clone();
         std::thread::Builder::new()
@@ -457,7 +211,7 @@ impl Store {
         self.handle.spawn(fut);
     }
 
-    /// Resolves at the next (re)connection.
+    /// Resolves when the store is next up again.
     pub async fn reconnected(&self) {
         self.reconnected.notified().await
     }
@@ -471,36 +225,90 @@ impl Store {
         }
     }
 
-    /// One script call, bounded by the timeout. Fails at once while the store is down.
-    pub async fn call(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Unavailable> {
+    /// The start of the outage this replica is in (`now_ns`), the caller having found the store
+    /// without an answer: if none had begun, one begins now, dated `timeout_ms` back (the wait
+    /// that shows an outage: a request that found the store silent waited that long, and an
+    /// outage nobody noticed cost nothing). It ends when the store answers in time again.
+    pub fn outage_began(&self) -> u64 {
+        let at = now_ns().saturating_sub(self.cfg.timeout.as_nanos() as u64);
+        match self
+            .outage_since
+            .compare_exchange(0, at, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => at,
+            Err(since) => since,
+        }
+    }
+
+    fn outage_ended(&self) {
+        if self.outage_since.load(Ordering::Relaxed) != 0 {
+            self.outage_since.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// How long a call's answer is awaited in all: past `timeout_ms` the store is down and the
+    /// requests have moved on by `on_store_error`, but an answer that still comes within this
+    /// bound is applied (what Redis granted or charged is then neither lost nor counted twice).
+    fn late_bound(&self) -> Duration {
+        self.connect_timeout()
+    }
+
+    /// One script call. Fails at once while the store is down; without an answer within the
+    /// timeout the store goes down, and the call keeps waiting up to [`Store::late_bound`].
+    pub async fn call(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, Unanswered> {
         if !self.is_up() {
-            return Err(Unavailable);
+            return Err(Unanswered::NotRun);
         }
         let Some(mut conn) = self.conn.lock().unwrap().clone() else {
-            return Err(Unavailable);
+            return Err(Unanswered::NotRun);
         };
-        match tokio::time::timeout(self.cfg.timeout, inv.invoke_async::<Vec<i64>>(&mut conn)).await
-        {
-            Ok(Ok(v)) => {
-                STATS.calls_ok.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let mut answer = std::pin::pin!(inv.invoke_async::<Vec<i64>>(&mut conn));
+        let (res, late) = match tokio::time::timeout(self.cfg.timeout, answer.as_mut()).await {
+            Ok(r) => (r, false),
+            Err(_) => {
+                stats::count_call(CallEnd::TimedOut);
+                self.trouble(false, &self.no_answer());
+                let rest = self.late_bound().saturating_sub(self.cfg.timeout);
+                match tokio::time::timeout(rest, answer).await {
+                    Ok(r) => (r, true),
+                    Err(_) => return Err(Unanswered::MaybeRun),
+                }
+            }
+        };
+        match res {
+            Ok(v) => {
+                stats::round_trip(started.elapsed());
+                if late {
+                    stats::count_late();
+                } else {
+                    stats::count_call(CallEnd::Ok);
+                    if self.is_up() {
+                        self.outage_ended();
+                    }
+                }
                 Ok(v)
             }
-            Ok(Err(e)) if e.is_timeout() => {
-                STATS.calls_timed_out.fetch_add(1, Ordering::Relaxed);
-                self.trouble(false, &self.no_answer());
-                Err(Unavailable)
+            // redis-rs' own bound, the late one.
+            Err(e) if e.is_timeout() => {
+                if !late {
+                    stats::count_call(CallEnd::TimedOut);
+                    self.trouble(false, &self.no_answer());
+                }
+                Err(Unanswered::MaybeRun)
             }
-            Ok(Err(e)) => {
-                STATS.calls_failed.fetch_add(1, Ordering::Relaxed);
+            Err(e) => {
+                if !late {
+                    stats::count_call(CallEnd::Failed);
+                }
                 let lost =
                     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
                 self.trouble(lost, &e.to_string());
-                Err(Unavailable)
-            }
-            Err(_) => {
-                STATS.calls_timed_out.fetch_add(1, Ordering::Relaxed);
-                self.trouble(false, &self.no_answer());
-                Err(Unavailable)
+                Err(if lost {
+                    Unanswered::MaybeRun
+                } else {
+                    Unanswered::NotRun
+                })
             }
         }
     }
@@ -514,6 +322,7 @@ impl Store {
         if lost {
             *self.conn.lock().unwrap() = None;
         }
+        self.outage_began();
         self.set_state(DOWN, reason);
         self.trouble.notify_one();
     }
@@ -523,16 +332,18 @@ impl Store {
         if from == to {
             return;
         }
-        STATS.up.store(u8::from(to == UP), Ordering::Relaxed);
+        stats::transition(to == UP);
         let url = &self.cfg.url;
         if to == UP {
-            STATS.to_up.fetch_add(1, Ordering::Relaxed);
+            self.outage_ended();
             eprintln!(
                 "limits store: up: {url} (replica {}); limits are shared",
                 self.replica
             );
+            // The leases hand over at once what was admitted while it was down.
+            self.reconnected.notify_waiters();
         } else {
-            STATS.to_down.fetch_add(1, Ordering::Relaxed);
+            self.outage_began();
             let what = match self.cfg.on_error {
                 OnError::Local => {
                     format!("local limits divided by {} replica(s)", self.cfg.replicas)
@@ -551,7 +362,7 @@ impl Store {
     async fn connect(&self) -> Result<MultiplexedConnection, String> {
         let cfg = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.connect_timeout()))
-            .set_response_timeout(Some(self.cfg.timeout));
+            .set_response_timeout(Some(self.late_bound()));
         match tokio::time::timeout(
             self.connect_timeout(),
             self.client
@@ -580,7 +391,6 @@ impl Store {
                         *self.conn.lock().unwrap() = Some(c);
                         self.generation.fetch_add(1, Ordering::Relaxed);
                         self.set_state(UP, "");
-                        self.reconnected.notify_waiters();
                         backoff = MIN_BACKOFF;
                     }
                     Err(reason) => {
@@ -628,69 +438,4 @@ fn replica_id() -> String {
         h.write_u128(t.as_nanos());
     }
     format!("{:016x}", h.finish())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(v: Value) -> (Option<StoreConfig>, Vec<String>, Vec<String>) {
-        let mut ch = Checker::default();
-        let c = StoreConfig::from_config(&mut ch, &v);
-        (
-            c,
-            ch.errors.into_iter().map(|e| e.path).collect(),
-            ch.warnings,
-        )
-    }
-
-    #[test]
-    fn defaults_and_fields() {
-        let (c, e, w) = parse(serde_json::json!({"url": "redis://127.0.0.1:6379/2"}));
-        assert!(e.is_empty() && w.is_empty(), "{e:?} {w:?}");
-        let c = c.unwrap();
-        assert_eq!(c.prefix, "gateway:");
-        assert_eq!(c.timeout, Duration::from_millis(50));
-        assert_eq!(c.on_error, OnError::Local);
-        assert_eq!(c.replicas, 1);
-        let (c, e, w) = parse(serde_json::json!({
-            "url": "rediss://redis.example:6380", "password_env": "GW_TEST_SURELY_UNSET_PW",
-            "prefix": "gw-a:", "timeout_ms": 20, "on_store_error": "reject", "replicas": 3
-        }));
-        assert!(e.is_empty(), "{e:?}");
-        assert!(w[0].contains("GW_TEST_SURELY_UNSET_PW"), "{w:?}");
-        assert_eq!(c.unwrap().on_error, OnError::Reject);
-    }
-
-    #[test]
-    fn every_problem_has_its_path() {
-        let (c, e, _) = parse(serde_json::json!({
-            "url": "redis://user:secret@h:1/0", "prefix": "", "timeout_ms": 0,
-            "replicas": 0, "slot_ttl_ms": 10, "ca_file": "/nonexistent.pem"
-        }));
-        assert!(c.is_none());
-        assert_eq!(
-            e,
-            [
-                "$.limits.store.url",
-                "$.limits.store.ca_file",
-                "$.limits.store.prefix",
-                "$.limits.store.timeout_ms",
-                "$.limits.store.replicas",
-                "$.limits.store.slot_ttl_ms"
-            ]
-        );
-        for bad in ["http://h:1", "redis://", "redis://:6379", "redis://h:1/#x"] {
-            let (_, e, _) = parse(serde_json::json!({ "url": bad }));
-            assert_eq!(e, ["$.limits.store.url"], "{bad}");
-        }
-        let (_, e, _) = parse(serde_json::json!({"url": "redis://h", "on_store_error": "maybe"}));
-        assert_eq!(e, ["$.limits.store"]);
-        let (_, e, _) = parse(serde_json::json!({"url": "redis://h", "password": "x"}));
-        assert_eq!(
-            e,
-            ["$.limits.store"],
-            "an inline secret is an unknown field"
-        );
-    }
 }

@@ -278,6 +278,10 @@ fn render_store(o: &mut String, st: &crate::posture::limits::store::StatsView) {
             "gateway_limits_store_calls_total{{result=\"{result}\"}} {v}"
         );
     }
+    o.push_str("# HELP gateway_limits_store_late_answers_total Calls answered after timeout_ms, whose answer was applied all the same.\n");
+    o.push_str("# TYPE gateway_limits_store_late_answers_total counter\n");
+    let _ = writeln!(o, "gateway_limits_store_late_answers_total {}", st.late);
+    render_round_trips(o, st);
     o.push_str("# HELP gateway_limits_store_waits_total Admissions that waited for the rate-limit store (their replica's lease could not tell).\n");
     o.push_str("# TYPE gateway_limits_store_waits_total counter\n");
     let _ = writeln!(o, "gateway_limits_store_waits_total {}", st.waited);
@@ -289,6 +293,39 @@ fn render_store(o: &mut String, st: &crate::posture::limits::store::StatsView) {
             "gateway_limits_store_fallback_total{{decision=\"{d}\"}} {v}"
         );
     }
+}
+
+/// `gateway_limits_store_round_trip_seconds`: every answered call, from sending it to its
+/// answer as the store's thread saw it (late answers included), and the longest so far.
+fn render_round_trips(o: &mut String, st: &crate::posture::limits::store::StatsView) {
+    use crate::posture::limits::store::ROUND_TRIP_BOUNDS_US;
+    let name = "gateway_limits_store_round_trip_seconds";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Round trips of the calls to the rate-limit store, sent to answered."
+    );
+    let _ = writeln!(o, "# TYPE {name} histogram");
+    let mut cum = 0;
+    for (i, n) in st.round_trips.iter().enumerate() {
+        cum += n;
+        match ROUND_TRIP_BOUNDS_US.get(i) {
+            Some(us) => {
+                let _ = writeln!(o, "{name}_bucket{{le=\"{}\"}} {cum}", *us as f64 / 1e6);
+            }
+            None => {
+                let _ = writeln!(o, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+            }
+        }
+    }
+    let _ = writeln!(o, "{name}_sum {}", st.round_trip_sum.as_secs_f64());
+    let _ = writeln!(o, "{name}_count {cum}");
+    let max = "gateway_limits_store_round_trip_max_seconds";
+    let _ = writeln!(
+        o,
+        "# HELP {max} The longest round trip to the rate-limit store so far."
+    );
+    let _ = writeln!(o, "# TYPE {max} gauge");
+    let _ = writeln!(o, "{max} {}", st.round_trip_max.as_secs_f64());
 }
 
 #[derive(Debug, Clone, Deserialize)]
