@@ -23,7 +23,7 @@ use super::facts::Facts;
 use crate::checker::Checker;
 use crate::dialect::Dialect;
 use crate::json;
-use crate::posture::metrics;
+use crate::telemetry::metrics;
 
 const MAX_BUFFERED: usize = 4 << 20;
 
@@ -255,7 +255,11 @@ pub(super) fn write_line(
     if let (Some(r), false) = (&i.target, i.failed.is_empty()) {
         out.extend_from_slice(b",\"failed_attempts\":[");
         for (n, t) in i.failed.iter().enumerate() {
-            let (d, outcome, status) = (&r.deployments[usize::from(t.deployment)], t.counted.outcome, t.status);
+            let (d, outcome, status) = (
+                &r.deployments[usize::from(t.deployment)],
+                t.counted.outcome,
+                t.status,
+            );
             if n > 0 {
                 out.push(b',');
             }

@@ -8,13 +8,13 @@ use std::time::{Instant, SystemTime};
 
 use http::HeaderValue;
 
+use crate::admission::limits::{Admission, Rejection, Scope};
 use crate::dialect::Dialect;
 use crate::json::usage::Usage;
-use crate::posture::limits::{Admission, Rejection, Scope};
-use crate::posture::metrics::Attempted;
-use crate::posture::traces::Trace;
 use crate::routing::health::Lease;
 use crate::routing::Route;
+use crate::telemetry::metrics::Attempted;
+use crate::telemetry::traces::Trace;
 
 pub(super) struct Facts {
     pub(super) t0: Instant,
@@ -59,7 +59,7 @@ pub(super) struct Facts {
     /// What it cost in nanodollars, when its deployment has a price (set when it finishes, or
     /// when a buffered answer's header is written).
     pub(super) cost: Option<u64>,
-    /// A sampled request's trace (`posture/traces/`).
+    /// A sampled request's trace (`telemetry/traces/`).
     pub(super) trace: Option<Box<Trace>>,
     pub(super) finished: bool,
 }

@@ -19,20 +19,22 @@ use std::time::{Instant, SystemTime};
 
 use http::{HeaderName, HeaderValue};
 
+use crate::admission::auth::Caller;
+use crate::admission::limits::{Admission, Kind, Rejection, Scope};
+use crate::admission::spend;
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
 use crate::exchange::facts::{Facts, Tried};
 use crate::exchange::request_id::{request_id, X_REQUEST_ID};
 use crate::http::body::GwResponse;
 use crate::json::usage::{scan_usage, Usage};
-use crate::posture::auth::Caller;
-use crate::posture::limits::{Admission, Kind, Rejection, Scope};
-use crate::posture::metrics::{self, AttemptOutcome, Attempted, ModelLabels, MODEL_NONE, MODEL_OTHER};
-use crate::posture::spend;
-use crate::posture::traces;
 use crate::provider::price::{nano, usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
+use crate::telemetry::metrics::{
+    self, AttemptOutcome, Attempted, ModelLabels, MODEL_NONE, MODEL_OTHER,
+};
+use crate::telemetry::traces;
 
 /// The cost of a priced answer that is not streamed, in US dollars (`0.000125000`), with
 /// `spend.cost_header`; a stream's cost is known only at its end, after its headers: it is in

@@ -29,13 +29,13 @@ use crate::http::body::{
 use crate::http::client::UpstreamClient;
 use crate::http::deadline::timeout_at;
 use crate::http::stream::SseBody;
-use crate::posture::metrics::AttemptOutcome::{self, Connection, RetryableStatus, Timeout};
-use crate::posture::traces::TRACEPARENT;
 use crate::provider;
 use crate::provider::forward::Forwarded;
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
 use crate::serve::native_body;
+use crate::telemetry::metrics::AttemptOutcome::{self, Connection, RetryableStatus, Timeout};
+use crate::telemetry::traces::TRACEPARENT;
 
 /// A complete (non-streamed) upstream answer larger than this is refused with 502 rather than
 /// buffered: no chat answer is that large, and a broken upstream must not exhaust memory.
@@ -284,9 +284,8 @@ async fn send(
     if !status.is_success() {
         let (response, error) = upstream_error(status, &bytes, native, retry_after);
         if c.snap.routing.retries(status.as_u16()) {
-            let cooled = lease.is_some_and(|mut l| {
-                l.failed(&error, retry_after, std::time::Instant::now())
-            });
+            let cooled =
+                lease.is_some_and(|mut l| l.failed(&error, retry_after, std::time::Instant::now()));
             rec.attempt_ended(RetryableStatus, status.as_u16(), cooled);
             *another_may_serve = true;
             return response;

@@ -86,7 +86,6 @@ impl Key {
     }
 }
 
-
 /// A string as `AnyValue { string_value = 1 }`: its length.
 fn string_value_len(s: &str) -> usize {
     1 + varint_len(s.len() as u64) + s.len()
@@ -368,4 +367,3 @@ impl SpanHead<'_> {
         s.fixed(&self.end.to_le_bytes());
     }
 }
-

@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::admission::limits::{Kind, Scope};
 use crate::dialect::Dialect;
-use crate::posture::limits::{Kind, Scope};
 use crate::routing::AliasMap;
 
 /// The most aliases that get their own `model` label value; the rest count as `other`.

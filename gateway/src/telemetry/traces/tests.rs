@@ -109,8 +109,7 @@ fn decode(body: &[u8]) -> (String, Vec<Decoded>) {
         match n {
             1 => {
                 let attr = fields(len(&fields(len(&f))[0].1));
-                service =
-                    String::from_utf8(len(&fields(len(&attr[1].1))[0].1).to_vec()).unwrap();
+                service = String::from_utf8(len(&fields(len(&attr[1].1))[0].1).to_vec()).unwrap();
             }
             2 => {
                 for (n, f) in fields(len(&f)) {

@@ -59,7 +59,6 @@ fn unix_ns(t: std::time::SystemTime) -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-
 /// `ExportTraceServiceRequest { ResourceSpans resource_spans = 1 }`: one resource (the
 /// service) and one scope, whose spans are `spans`, the workers' buffers one after another.
 #[cfg(test)]
@@ -128,9 +127,10 @@ fn cached(
     d: u8,
     operation: &'static str,
 ) -> Option<usize> {
-    if let Some(i) = cache.iter().position(|c| {
-        c.deployment == d && Arc::ptr_eq(&c.route, route) && c.operation == operation
-    }) {
+    if let Some(i) = cache
+        .iter()
+        .position(|c| c.deployment == d && Arc::ptr_eq(&c.route, route) && c.operation == operation)
+    {
         return Some(i);
     }
     let dep = route.deployments.get(usize::from(d))?;

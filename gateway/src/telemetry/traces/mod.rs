@@ -75,4 +75,3 @@ pub fn start(traceparent: Option<&HeaderValue>) -> Option<Box<Trace>> {
     }
     Some(Trace::new(trace_id, parent))
 }
-
