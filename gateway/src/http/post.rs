@@ -52,7 +52,11 @@ pub struct Poster {
 impl Poster {
     /// A poster to `uri` of bodies of `content_type`, each POST (its connection included) given
     /// `timeout` (rounded up to whole seconds).
-    pub fn new(uri: &Uri, content_type: &'static str, timeout: Duration) -> std::io::Result<Poster> {
+    pub fn new(
+        uri: &Uri,
+        content_type: &'static str,
+        timeout: Duration,
+    ) -> std::io::Result<Poster> {
         Ok(Poster {
             url: uri.to_string(),
             content_type,
@@ -124,7 +128,10 @@ mod tests {
         let got = String::from_utf8(t.join().unwrap()).unwrap();
         let lower = got.to_ascii_lowercase();
         assert!(got.starts_with("POST /v1/traces HTTP/1.1\r\n"), "{got}");
-        assert!(lower.contains("content-type: application/x-protobuf\r\n"), "{got}");
+        assert!(
+            lower.contains("content-type: application/x-protobuf\r\n"),
+            "{got}"
+        );
         assert!(lower.contains("content-length: 10\r\n"), "{got}");
         assert!(got.ends_with("\r\n\r\nhead:spans"), "{got}");
 
@@ -143,10 +150,7 @@ mod tests {
         };
         let uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
         let t = std::time::Instant::now();
-        assert!(matches!(
-            poster(&uri).post(b"x"),
-            Err(PostError::Failed(_))
-        ));
+        assert!(matches!(poster(&uri).post(b"x"), Err(PostError::Failed(_))));
         assert!(t.elapsed() < Duration::from_secs(2));
     }
 }

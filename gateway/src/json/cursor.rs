@@ -428,4 +428,3 @@ pub(super) fn scan<const N: usize, S: Sink>(
     }
     Ok(found)
 }
-

@@ -83,4 +83,3 @@ pub fn find_members<const N: usize>(
     }
     Some(found)
 }
-

@@ -174,4 +174,3 @@ pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     }
     i
 }
-

@@ -31,4 +31,3 @@ pub(crate) fn test_rand(mut seed: u64) -> impl FnMut(usize) -> usize {
         (seed % n as u64) as usize
     }
 }
-

@@ -5,7 +5,9 @@
 use bytes::BytesMut;
 
 use super::cursor::{scan, Kinds, ScanError, Sink, Top};
-use super::memo::{Inner, Mark, Memo, INNER_LEVELS, MEMO_HEAD, MEMO_KEYS, MEMO_MARKS, MEMO_RENAMES};
+use super::memo::{
+    Inner, Mark, Memo, INNER_LEVELS, MEMO_HEAD, MEMO_KEYS, MEMO_MARKS, MEMO_RENAMES,
+};
 use super::strings::decoded_is;
 
 /// Checks that `body` is exactly one JSON object, by serde_json's grammar (strings without raw

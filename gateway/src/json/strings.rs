@@ -77,7 +77,6 @@ pub(super) fn hex4(digits: Option<&[u8]>) -> Option<u16> {
     Some(n)
 }
 
-
 /// End (exclusive) of the JSON string literal starting at `start`, if one starts there. Most
 /// strings are short (keys, ids): the first 32 bytes are searched eight at a time, the rest of a
 /// long one with memchr's vector search.
@@ -206,4 +205,3 @@ pub(super) fn string_end_escaped(data: &[u8], start: usize) -> Option<(usize, bo
         }
     }
 }
-

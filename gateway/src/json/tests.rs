@@ -257,8 +257,7 @@ fn common_prefix_and_suffix_end_at_the_first_difference() {
                     b[at] ^= 0x80;
                 }
                 b.splice(0..0, std::iter::repeat_n(b'x', extra));
-                let walk =
-                    |x: &[u8], y: &[u8]| x.iter().zip(y).take_while(|(p, q)| p == q).count();
+                let walk = |x: &[u8], y: &[u8]| x.iter().zip(y).take_while(|(p, q)| p == q).count();
                 let rev = |x: &[u8]| x.iter().rev().copied().collect::<Vec<u8>>();
                 assert_eq!(
                     common_suffix(a, &b),

@@ -11,7 +11,12 @@ use crate::http::pieces::UpBody;
 /// The request for the upstream: `body` with the bytes at `model_span` (the `model` value)
 /// replaced by `model_json` (the upstream model as a JSON string).
 #[inline]
-pub fn request(body: &Bytes, model_span: (usize, usize), model_json: &Bytes, model: &str) -> UpBody {
+pub fn request(
+    body: &Bytes,
+    model_span: (usize, usize),
+    model_json: &Bytes,
+    model: &str,
+) -> UpBody {
     #[cfg(feature = "bench-dom-native")]
     if let Some(b) = dom_rewrite(body, model) {
         return b;
