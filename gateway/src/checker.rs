@@ -1,7 +1,7 @@
 //! The field checks every config section uses, and the error they report: a problem with the JSON
 //! path it is at, so that `gateway validate` names every problem instead of stopping at the first.
 //! This is the bottom of the config code, a leaf of the crate: the sections (providers, models,
-//! posture) check their own part with it, and [`crate::config`] assembles them.
+//! admission, telemetry) check their own part with it, and [`crate::config`] assembles them.
 
 use serde_json::{Map, Value};
 

@@ -10,12 +10,14 @@
 //! 3. [`http`]: bodies, the SSE body, the upstream pool, TLS
 //! 4. [`provider`]: upstreams and the requests they expect
 //! 5. [`routing`]: aliases to providers
-//! 6. [`posture`]: auth, limits, metrics
-//! 7. [`exchange`]: one request's life (admission bookkeeping, settlement, metrics sample, the
-//!    access log)
-//! 8. [`config`]: the file, assembled from every section
-//! 9. [`serve`]: workers, the request path, signals
+//! 6. [`admission`]: caller keys, rate limits, spend budgets
+//! 7. [`telemetry`]: metrics, traces
+//! 8. [`exchange`]: one request's life (admission bookkeeping, settlement, metrics sample, spans,
+//!    the access log)
+//! 9. [`config`]: the file, assembled from every section
+//! 10. [`serve`]: workers, the request path, signals
 
+pub mod admission;
 pub mod alloc;
 pub mod checker;
 pub mod config;
@@ -23,8 +25,8 @@ pub mod dialect;
 pub mod exchange;
 pub mod http;
 pub mod json;
-pub mod posture;
 pub mod provider;
 pub mod routing;
 pub mod serve;
 pub mod sse;
+pub mod telemetry;

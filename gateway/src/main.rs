@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gateway::posture::limits::StoreSource;
+use gateway::admission::limits::StoreSource;
 use gateway::{config, serve};
 
 #[derive(Parser)]

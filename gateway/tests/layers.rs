@@ -21,11 +21,12 @@ const LAYERS: &[(&str, usize)] = &[
     ("http", 2),
     ("provider", 3),
     ("routing", 4),
-    ("posture", 5),
-    ("exchange", 6),
-    ("config", 7),
-    ("serve", 8),
-    ("main", 9),
+    ("admission", 5),
+    ("telemetry", 6),
+    ("exchange", 7),
+    ("config", 8),
+    ("serve", 9),
+    ("main", 10),
 ];
 
 #[test]
@@ -50,20 +51,20 @@ fn gateway_modules_form_no_cycle_and_respect_the_layers() {
 fn the_check_fails_on_a_circle_and_on_an_upward_use() {
     let files: Vec<(String, String)> =
         vec![
-        ("lib".into(), "pub mod dialect; pub mod posture; pub mod json;".into()),
-        ("json".into(), "// crate::posture is only a comment\nfn f() {}".into()),
+        ("lib".into(), "pub mod dialect; pub mod admission; pub mod json;".into()),
+        ("json".into(), "// crate::admission is only a comment\nfn f() {}".into()),
         (
             "dialect".into(),
             "use crate::dialect::chat::X; let s = \"crate::serve\";".into(),
         ),
         ("dialect::chat".into(), "use super::Dialect; use crate::dialect::Y;".into()),
         (
-            "posture".into(),
+            "admission".into(),
             "use crate::{json, dialect::chat};\n#[cfg(test)]\nmod tests { use crate::serve::Z; }"
                 .into(),
         ),
         ("serve".into(), "".into()),
-        ("checker".into(), "use crate::posture::auth::Keys;".into()),
+        ("checker".into(), "use crate::admission::auth::Keys;".into()),
     ];
     let problems = check(&files);
     assert!(
@@ -75,7 +76,7 @@ fn the_check_fails_on_a_circle_and_on_an_upward_use() {
     assert!(
         problems
             .iter()
-            .any(|p| p.contains("checker (layer 0) uses posture (layer 5)")),
+            .any(|p| p.contains("checker (layer 0) uses admission (layer 5)")),
         "{problems:?}"
     );
     // Comments, strings and test modules are not dependencies.

@@ -302,7 +302,7 @@ fn a_spend_budget_through_pauses() {
 #[test]
 fn owed_units_are_paid_from_what_refilled_during_the_outage() {
     let redis = rs::Redis::start();
-    let script = gateway::posture::limits::scripts::BUCKET;
+    let script = gateway::admission::limits::scripts::BUCKET;
     let eval = |args: &[&str]| -> Vec<i64> {
         let mut a = vec!["EVAL", script, "1", "owed:b"];
         a.extend_from_slice(args);

@@ -15,16 +15,16 @@ use serde_json::Value;
 
 pub mod postures;
 
+use crate::admission::auth::Keys;
+use crate::admission::limits::store::Store;
+use crate::admission::limits::{Limits, StoreSource};
+use crate::admission::spend::Budgets;
 use crate::checker::{Checker, ConfigError};
 use crate::exchange::access_log::AccessLogConfig;
-use crate::posture::auth::Keys;
-use crate::posture::limits::store::Store;
-use crate::posture::limits::{Limits, StoreSource};
-use crate::posture::metrics::exposition::MetricsConfig;
-use crate::posture::metrics::{ModelLabels, UpstreamLabels};
-use crate::posture::spend::Budgets;
-use crate::posture::traces::TracingConfig;
 use crate::routing::{AliasMap, Policy, Route};
+use crate::telemetry::metrics::exposition::MetricsConfig;
+use crate::telemetry::metrics::{ModelLabels, UpstreamLabels};
+use crate::telemetry::traces::TracingConfig;
 
 /// The immutable view of the configuration that requests run against.
 #[derive(Debug)]
@@ -217,7 +217,7 @@ fn check(c: &mut Checker, root: &Value, store: StoreSource) -> Option<Config> {
     let limits = Limits::from_config(c, top.get("limits"), &keys.ids(), &aliases, store);
     let budgets =
         Budgets::from_config(c, top.get("budgets"), &keys.ids(), &aliases, limits.store());
-    let cost_header = crate::posture::spend::cost_header(c, top.get("spend"));
+    let cost_header = crate::admission::spend::cost_header(c, top.get("spend"));
     let metric_models = ModelLabels::new(aliases.iter().copied());
     // Every route of one configuration points into the same table of upstreams.
     let metric_upstreams = match routes.values().next() {

@@ -29,7 +29,7 @@ pub struct BodyHead<'a> {
     pub stream_options: Option<(usize, usize)>,
     /// Byte ranges of the values of the output caps, `max_tokens`, `max_completion_tokens` and
     /// `max_output_tokens` (the first of each; not interpreted), which the spend budgets reserve
-    /// for (`posture/spend.rs`): found by the scan that finds the model, at the cost of three
+    /// for (`admission/spend.rs`): found by the scan that finds the model, at the cost of three
     /// more names to compare a member's with, rather than by another pass over the body.
     pub output_caps: OutputCaps,
 }

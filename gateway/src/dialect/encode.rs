@@ -1,9 +1,11 @@
 //! Encoding helpers the dialect modules share: a JSON object and array writer for the translated
-//! request bodies, the text-part forms both upstream dialects accept, and fresh ids.
+//! request bodies, the text-part forms both upstream dialects accept, fresh ids, and what the
+//! three client dialects' stream encoders do alike ([`ClientStream`]).
 
 use bytes::{BufMut, BytesMut};
 
-use crate::dialect::neutral::Text;
+use crate::dialect::error::GwError;
+use crate::dialect::neutral::{Encoder, Event, Text, Usage};
 use crate::json::{write_str, write_u64};
 
 /// Writes `{` … `}` with commas between fields.
@@ -121,4 +123,44 @@ pub fn now_secs() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// A client dialect's stream encoder, as each of the three is written: it keeps the usage the
+/// stream reports, opens the stream once (its first event or events) with the upstream's id or,
+/// when content comes before any `Start`, a new one, and writes the rest in its dialect. Each is
+/// an [`Encoder`] through the impl below, which handles `Start` and `Usage` for all three.
+pub trait ClientStream: Send {
+    /// The prefix of the id of a stream opened without the upstream's.
+    const ID_PREFIX: &'static str;
+    fn usage(&mut self) -> &mut Usage;
+    fn started(&self) -> bool;
+    /// Writes the stream's opening, with the upstream's (or a new) id.
+    fn start(&mut self, id: &str, out: &mut BytesMut);
+    /// Writes any event but `Start` and `Usage`, the stream opened.
+    fn content(&mut self, ev: Event<'_>, out: &mut BytesMut);
+    /// Writes the dialect's error event.
+    fn error_event(&mut self, err: &GwError, out: &mut BytesMut);
+}
+
+impl<E: ClientStream> Encoder for E {
+    #[inline]
+    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
+        match ev {
+            Event::Start { id, input_tokens } => {
+                self.usage().update(input_tokens, None);
+                self.start(&id, out);
+            }
+            Event::Usage { input, output } => self.usage().update(input, output),
+            ev => {
+                if !self.started() {
+                    self.start(&new_id(E::ID_PREFIX), out);
+                }
+                self.content(ev, out);
+            }
+        }
+    }
+
+    fn error(&mut self, err: &GwError, out: &mut BytesMut) {
+        self.error_event(err, out);
+    }
 }

@@ -12,8 +12,9 @@
 //! - [`transform`]: what a stream translation is; [`error`]: the error every layer returns, in
 //!   each dialect's shape.
 //!
-//! Nothing here knows about HTTP connections, configuration or posture: the modules take bytes and
-//! return bytes (or neutral values), which is what lets the fuzz targets drive them directly.
+//! Nothing here knows about HTTP connections, configuration, admission or telemetry: the modules
+//! take bytes and return bytes (or neutral values), which is what lets the fuzz targets drive them
+//! directly.
 
 pub mod body_head;
 pub mod chat;

@@ -23,7 +23,7 @@ use super::facts::Facts;
 use crate::checker::Checker;
 use crate::dialect::Dialect;
 use crate::json;
-use crate::posture::metrics;
+use crate::telemetry::metrics;
 
 const MAX_BUFFERED: usize = 4 << 20;
 
@@ -254,8 +254,12 @@ pub(super) fn write_line(
     }
     if let (Some(r), false) = (&i.target, i.failed.is_empty()) {
         out.extend_from_slice(b",\"failed_attempts\":[");
-        for (n, (d, outcome, status)) in i.failed.iter().enumerate() {
-            let d = &r.deployments[*d as usize];
+        for (n, t) in i.failed.iter().enumerate() {
+            let (d, outcome, status) = (
+                &r.deployments[usize::from(t.deployment)],
+                t.counted.outcome,
+                t.status,
+            );
             if n > 0 {
                 out.push(b',');
             }
@@ -266,9 +270,9 @@ pub(super) fn write_line(
             out.extend_from_slice(b",\"outcome\":\"");
             out.extend_from_slice(outcome.as_str().as_bytes());
             out.push(b'"');
-            if *status > 0 {
+            if status > 0 {
                 out.extend_from_slice(b",\"status\":");
-                json::write_u64(out, u64::from(*status));
+                json::write_u64(out, u64::from(status));
             }
             out.push(b'}');
         }

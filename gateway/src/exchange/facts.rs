@@ -8,13 +8,13 @@ use std::time::{Instant, SystemTime};
 
 use http::HeaderValue;
 
+use crate::admission::limits::{Admission, Rejection, Scope};
 use crate::dialect::Dialect;
 use crate::json::usage::Usage;
-use crate::posture::limits::{Admission, Rejection, Scope};
-use crate::posture::metrics::AttemptOutcome;
-use crate::posture::traces::Trace;
 use crate::routing::health::Lease;
 use crate::routing::Route;
+use crate::telemetry::metrics::Attempted;
+use crate::telemetry::traces::Trace;
 
 pub(super) struct Facts {
     pub(super) t0: Instant,
@@ -43,17 +43,32 @@ pub(super) struct Facts {
     pub(super) stream_error: Option<String>,
     /// The request parts translation dropped (the alias's `drop` list), comma separated.
     pub(super) dropped: Option<String>,
-    /// The route's deployment of the latest attempt (the one that served, if one did).
+    /// The route's deployment of the latest attempt (the one that served, if one did), and its
+    /// upstream's metrics label.
     pub(super) deployment: Option<u8>,
+    pub(super) upstream_label: u16,
     pub(super) attempts: u8,
-    /// (deployment, how it failed, its status or 0) of each attempt that was retried elsewhere.
-    pub(super) failed: Vec<(u8, AttemptOutcome, u16)>,
+    /// How the latest attempt ended, once it did.
+    pub(super) ended: Option<Tried>,
+    /// Each earlier attempt: it failed and another deployment was tried after it.
+    pub(super) failed: Vec<Tried>,
+    /// A retry the worker's retry budget did not allow.
+    pub(super) retry_budget_exhausted: bool,
     /// The serving attempt's place in flight on its upstream, held until the request ends.
     pub(super) lease: Option<Lease>,
     /// What it cost in nanodollars, when its deployment has a price (set when it finishes, or
     /// when a buffered answer's header is written).
     pub(super) cost: Option<u64>,
-    /// A sampled request's trace (`posture/traces.rs`).
+    /// A sampled request's trace (`telemetry/traces/`).
     pub(super) trace: Option<Box<Trace>>,
     pub(super) finished: bool,
+}
+
+/// One attempt as it ended: its deployment, the upstream's status (0 when there was no answer),
+/// and what the metrics count of it.
+#[derive(Clone, Copy)]
+pub(super) struct Tried {
+    pub(super) deployment: u8,
+    pub(super) status: u16,
+    pub(super) counted: Attempted,
 }

@@ -19,20 +19,22 @@ use std::time::{Instant, SystemTime};
 
 use http::{HeaderName, HeaderValue};
 
+use crate::admission::auth::Caller;
+use crate::admission::limits::{Admission, Kind, Rejection, Scope};
+use crate::admission::spend;
 use crate::dialect::error::GwError;
 use crate::dialect::Dialect;
-use crate::exchange::facts::Facts;
+use crate::exchange::facts::{Facts, Tried};
 use crate::exchange::request_id::{request_id, X_REQUEST_ID};
 use crate::http::body::GwResponse;
 use crate::json::usage::{scan_usage, Usage};
-use crate::posture::auth::Caller;
-use crate::posture::limits::{Admission, Kind, Rejection, Scope};
-use crate::posture::metrics::{self, AttemptOutcome, ModelLabels, MODEL_NONE, MODEL_OTHER};
-use crate::posture::spend;
-use crate::posture::traces;
 use crate::provider::price::{nano, usd};
 use crate::routing::health::Lease;
 use crate::routing::Route;
+use crate::telemetry::metrics::{
+    self, AttemptOutcome, Attempted, ModelLabels, MODEL_NONE, MODEL_OTHER,
+};
+use crate::telemetry::traces;
 
 /// The cost of a priced answer that is not streamed, in US dollars (`0.000125000`), with
 /// `spend.cost_header`; a stream's cost is known only at its end, after its headers: it is in
@@ -96,8 +98,11 @@ impl Record {
                 stream_error: None,
                 dropped: None,
                 deployment: None,
+                upstream_label: 0,
                 attempts: 0,
+                ended: None,
                 failed: Vec::new(),
+                retry_budget_exhausted: false,
                 lease: None,
                 cost: None,
                 trace: None,
@@ -187,14 +192,28 @@ impl Record {
     }
 
     /// Just before an upstream request is sent (`now`), to the route's deployment at
-    /// `deployment`. The upstream time runs from the first attempt. Returns the `traceparent`
-    /// the request carries upstream, if any (traces on).
-    pub fn upstream_start(&mut self, deployment: usize, now: Instant) -> Option<HeaderValue> {
+    /// `deployment`, whose upstream's metrics label is `upstream_label`. The upstream time runs
+    /// from the first attempt; an attempt before this one failed, and this one is its fallback.
+    /// Returns the `traceparent` the request carries upstream, if any (traces on).
+    pub fn upstream_start(
+        &mut self,
+        deployment: usize,
+        upstream_label: u16,
+        now: Instant,
+    ) -> Option<HeaderValue> {
         let i = self.inner.as_mut()?;
         if i.upstream_start.is_none() {
             i.upstream_start = Some(now);
         }
+        if let Some(failed) = i.ended.take() {
+            i.failed.push(failed);
+            if let Some(t) = &mut i.trace {
+                let at = now.saturating_duration_since(i.t0);
+                t.attempt_failed(failed.counted.outcome.as_str(), at);
+            }
+        }
         i.deployment = Some(deployment as u8);
+        i.upstream_label = upstream_label;
         i.attempts = i.attempts.saturating_add(1);
         match &mut i.trace {
             Some(t) => {
@@ -205,15 +224,29 @@ impl Record {
         }
     }
 
-    /// The attempt on `deployment` failed (`status` 0 when there was no answer) and the request
-    /// goes on to another deployment.
-    pub fn attempt_failed(&mut self, deployment: usize, outcome: AttemptOutcome, status: u16) {
+    /// How the latest attempt ended: its `outcome`, the upstream's `status` (0 when there was no
+    /// answer), and whether it started its deployment's cooldown. The attempt's one report: the
+    /// metrics count it, and the access log lists it if another attempt follows, when the
+    /// request ends.
+    pub fn attempt_ended(&mut self, outcome: AttemptOutcome, status: u16, cooled: bool) {
         self.with(|i| {
-            i.failed.push((deployment as u8, outcome, status));
-            if let Some(t) = &mut i.trace {
-                t.attempt_failed(outcome.as_str(), i.t0.elapsed());
+            if let Some(d) = i.deployment {
+                i.ended = Some(Tried {
+                    deployment: d,
+                    status,
+                    counted: Attempted {
+                        upstream: i.upstream_label,
+                        outcome,
+                        cooled,
+                    },
+                });
             }
         });
+    }
+
+    /// Another deployment was not tried: the worker's retry budget did not allow it.
+    pub fn retry_budget_exhausted(&mut self) {
+        self.with(|i| i.retry_budget_exhausted = true);
     }
 
     /// The request parts translation dropped for this attempt (comma separated), for the line.
@@ -346,8 +379,15 @@ fn finish(i: &mut Facts) {
         tokens_out,
         tokens_cached: i.usage.cached.unwrap_or(0),
         rejected,
+        attempt: i.ended.map(|t| t.counted),
     });
     metrics::inflight_add(i.route, -1);
+    for t in &i.failed {
+        metrics::fallback(t.counted);
+    }
+    if i.retry_budget_exhausted {
+        metrics::retry_budget_exhausted();
+    }
     if let Some(trace) = i.trace.take() {
         finish_trace(i, trace, duration);
     }
@@ -397,7 +437,7 @@ mod tests {
         h.insert("x-request-id", HeaderValue::from_static("req-1"));
         let mut r = Record::start(Dialect::Chat, h.get(&X_REQUEST_ID));
         r.set_unknown_model("weird\"model");
-        r.upstream_start(0, Instant::now());
+        r.upstream_start(0, 0, Instant::now());
         r.usage_from_body(br#"{"usage":{"prompt_tokens":5,"completion_tokens":2}}"#);
         let mut i = r.inner.take().unwrap();
         let mut out = Vec::new();

@@ -97,7 +97,7 @@ pub fn scan_usage(body: &[u8]) -> Option<Usage> {
 
 /// The last `"finish_reason":"..."` (chat completions) or `"stop_reason":"..."` (Anthropic
 /// Messages) string of a body or an event, as written (escapes kept): a sampled request's
-/// `gen_ai.response.finish_reasons` (`posture/traces.rs`). `null` and other values are not one.
+/// `gen_ai.response.finish_reasons` (`telemetry/traces/`). `null` and other values are not one.
 pub fn finish_reason(body: &[u8]) -> Option<&[u8]> {
     // Anchored on the `_` of each key (`rfind_key`): a searcher built per call cost more than
     // the search.

@@ -48,14 +48,14 @@ pub struct Deployment {
 pub struct Route {
     pub alias: String,
     /// The alias's place among every configured alias sorted: a posture keeps its per-alias
-    /// state in a table by it (the budgets: `posture/spend.rs`), found without hashing the alias.
+    /// state in a table by it (the budgets: `admission/spend.rs`), found without hashing the alias.
     pub index: usize,
     /// The alias as a JSON string literal (quotes included), spliced into responses.
     pub alias_json: Bytes,
     /// At least one; with one, the request path keeps no routing state at all.
     pub deployments: Box<[Deployment]>,
     /// The priciest of the deployments' prices, each kind of token apart (`None`: none is
-    /// priced): what a spend budget reserves at (`posture/spend.rs`), found once at load.
+    /// priced): what a spend budget reserves at (`admission/spend.rs`), found once at load.
     pub reserve_price: Option<Price>,
     pub strategy: Strategy,
     /// The layout of the per-worker state this route's indices point into.

@@ -29,15 +29,13 @@ use crate::http::body::{
 use crate::http::client::UpstreamClient;
 use crate::http::deadline::timeout_at;
 use crate::http::stream::SseBody;
-#[cfg(not(feature = "bench-dom-native"))]
-use crate::json;
-use crate::posture::metrics::AttemptOutcome::{Connection, RetryableStatus, Timeout};
-use crate::posture::metrics::{self, AttemptOutcome};
-use crate::posture::traces::TRACEPARENT;
 use crate::provider;
 use crate::provider::forward::Forwarded;
 use crate::routing::health::{self, Lease, Pick};
 use crate::routing::Route;
+use crate::serve::native_body;
+use crate::telemetry::metrics::AttemptOutcome::{self, Connection, RetryableStatus, Timeout};
+use crate::telemetry::traces::TRACEPARENT;
 
 /// A complete (non-streamed) upstream answer larger than this is refused with 502 rather than
 /// buffered: no chat answer is that large, and a broken upstream must not exhaust memory.
@@ -66,15 +64,6 @@ pub struct Call<'a> {
     pub headers: Cell<HeaderMap>,
 }
 
-/// How an attempt that another deployment may do better on failed (its answer is what the
-/// request ends with if none does).
-#[derive(Clone, Copy)]
-struct Failure {
-    outcome: AttemptOutcome,
-    /// The upstream's status, 0 when there was no answer.
-    status: u16,
-}
-
 /// The attempt's body in its deployment's dialect.
 struct Prepared {
     body: UpBody,
@@ -86,19 +75,21 @@ struct Prepared {
 }
 
 /// Serves the request from the route's deployments. An alias with one deployment makes exactly
-/// one attempt and keeps no routing state.
+/// one attempt and keeps no routing state. Each attempt reports how it ended to the record, once
+/// (which the metrics and the access log read when the request ends); the loop only decides
+/// whether another deployment is tried.
 pub async fn serve(c: &Call<'_>, rec: &mut Record) -> Result<GwResponse, GwError> {
     if !c.route.is_routed() {
         let prepared = prepare(c, 0)?;
-        return send(c, 0, prepared, None, rec, &mut None).await;
+        return send(c, 0, prepared, None, rec, &mut false).await;
     }
     let policy = &c.snap.routing;
     let table = &c.route.table;
     health::deposit(table, policy);
     let mut tried: u64 = 0;
     let mut sent = 0;
-    // The latest failed attempt: (deployment, outcome, status, what to answer with).
-    let mut last: Option<(usize, AttemptOutcome, u16, Result<GwResponse, GwError>)> = None;
+    // What the latest failed attempt answered, for when no other deployment serves.
+    let mut last: Option<Result<GwResponse, GwError>> = None;
     // A deployment whose dialect cannot carry this request (nothing was sent to it).
     let mut unfit: Option<GwError> = None;
     while sent < policy.max_attempts {
@@ -118,25 +109,20 @@ pub async fn serve(c: &Call<'_>, rec: &mut Record) -> Result<GwResponse, GwError
                 continue;
             }
         };
-        if let Some((j, outcome, status, _)) = &last {
-            if !health::withdraw(table) {
-                metrics::retry_budget_exhausted();
-                break;
-            }
-            let d = &c.route.deployments[*j];
-            metrics::fallback(c.snap.metric_upstreams.index(d.upstream));
-            rec.attempt_failed(*j, *outcome, *status);
+        if last.is_some() && !health::withdraw(table) {
+            rec.retry_budget_exhausted();
+            break;
         }
         sent += 1;
-        let mut failure = None;
-        let response = send(c, i, prepared, Some(lease), rec, &mut failure).await;
-        match failure {
-            None => return response,
-            Some(f) => last = Some((i, f.outcome, f.status, response)),
+        let mut another_may_serve = false;
+        let response = send(c, i, prepared, Some(lease), rec, &mut another_may_serve).await;
+        if !another_may_serve {
+            return response;
         }
+        last = Some(response);
     }
     match (last, unfit) {
-        (Some((_, _, _, response)), _) => response,
+        (Some(response), _) => response,
         (None, Some(e)) => Err(e),
         (None, None) => Err(GwError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -157,9 +143,7 @@ fn prepare(c: &Call<'_>, i: usize) -> Result<Prepared, GwError> {
         drop_usage = drop;
         (b, None)
     } else if native {
-        let b = UpBody::replacing(c.body, c.model_span, &d.upstream_json);
-        #[cfg(feature = "bench-dom-native")]
-        let b = dom_rewrite(c.body, &d.upstream_model).unwrap_or(b);
+        let b = native_body::request(c.body, c.model_span, &d.upstream_json, &d.upstream_model);
         (b, None)
     } else {
         let target = translate::Target {
@@ -210,17 +194,17 @@ fn asking_usage(c: &Call<'_>, model: &Bytes, model_asking: &Bytes) -> (UpBody, b
     }
 }
 
-/// Sends one attempt to the route's deployment `i` and reads its answer. With a lease (a routed
-/// alias) the outcome is reported on it; the serving attempt's lease is handed to the record. An
-/// attempt another deployment may do better on sets `failure`; its answer is returned still,
-/// for when none does.
+/// Sends one attempt to the route's deployment `i` and reads its answer. How it ended goes to the
+/// record (and, with a lease, a routed alias's, to the lease); the serving attempt's lease is
+/// handed to the record. An attempt another deployment may do better on sets
+/// `another_may_serve`; its answer is returned still, for when none does.
 async fn send(
     c: &Call<'_>,
     i: usize,
     p: Prepared,
     lease: Option<Lease>,
     rec: &mut Record,
-    failure: &mut Option<Failure>,
+    another_may_serve: &mut bool,
 ) -> Result<GwResponse, GwError> {
     let d = &c.route.deployments[i];
     let native = p.translation.is_none();
@@ -233,7 +217,7 @@ async fn send(
             rec.dropped(&t.dropped);
             HeaderValue::from_str(&t.dropped).ok()
         });
-    let label = c.snap.metric_upstreams.index(d.upstream);
+    let upstream = c.snap.metric_upstreams.index(d.upstream);
     let mut request = provider::request(
         &d.provider,
         p.dialect,
@@ -245,15 +229,15 @@ async fn send(
     // One clock read for the deadline and the record.
     let now = std::time::Instant::now();
     let deadline = Instant::from_std(now) + c.snap.upstream_timeout;
-    if let Some(tp) = rec.upstream_start(i, now) {
+    if let Some(tp) = rec.upstream_start(i, upstream, now) {
         request.headers_mut().insert(TRACEPARENT.clone(), tp);
     }
     let (resp, conn) = match timeout_at(deadline, c.client.send(&d.provider.origin, request)).await
     {
-        Err(_) => return failed(lease, label, GwError::timeout(), Timeout, failure),
+        Err(_) => return failed(lease, rec, GwError::timeout(), Timeout, another_may_serve),
         Ok(Err(e)) => {
             let e = GwError::unreachable(error_chain(&*e));
-            return failed(lease, label, e, Connection, failure);
+            return failed(lease, rec, e, Connection, another_may_serve);
         }
         Ok(Ok(r)) => r,
     };
@@ -261,7 +245,7 @@ async fn send(
     let (head, upstream_body) = resp.into_parts();
 
     if status.is_success() && c.stream {
-        metrics::attempt(label, AttemptOutcome::Ok);
+        rec.attempt_ended(AttemptOutcome::Ok, status.as_u16(), false);
         if let Some(mut l) = lease {
             l.succeeded();
             rec.hold_lease(l);
@@ -287,11 +271,11 @@ async fn send(
     let bytes = match body::read_all(upstream_body, MAX_UPSTREAM_BODY, || deadline).await {
         Ok(b) => b,
         Err(ReadError::TimedOut) => {
-            return failed(lease, label, GwError::timeout(), Timeout, failure)
+            return failed(lease, rec, GwError::timeout(), Timeout, another_may_serve)
         }
         Err(e) => {
             let e = GwError::bad_upstream(format!("reading body: {}", read_error(&e)));
-            return failed(lease, label, e, Connection, failure);
+            return failed(lease, rec, e, Connection, another_may_serve);
         }
     };
     conn.release();
@@ -300,50 +284,28 @@ async fn send(
     if !status.is_success() {
         let (response, error) = upstream_error(status, &bytes, native, retry_after);
         if c.snap.routing.retries(status.as_u16()) {
-            metrics::attempt(label, RetryableStatus);
-            if let Some(mut l) = lease {
-                if l.failed(&error, retry_after, std::time::Instant::now()) {
-                    metrics::cooldown(label);
-                }
-            }
-            *failure = Some(Failure {
-                outcome: RetryableStatus,
-                status: status.as_u16(),
-            });
+            let cooled =
+                lease.is_some_and(|mut l| l.failed(&error, retry_after, std::time::Instant::now()));
+            rec.attempt_ended(RetryableStatus, status.as_u16(), cooled);
+            *another_may_serve = true;
             return response;
         }
-        metrics::attempt(label, AttemptOutcome::Status);
+        rec.attempt_ended(AttemptOutcome::Status, status.as_u16(), false);
         if let Some(mut l) = lease {
             l.succeeded();
         }
         return response;
     }
-    metrics::attempt(label, AttemptOutcome::Ok);
+    rec.attempt_ended(AttemptOutcome::Ok, status.as_u16(), false);
     if let Some(mut l) = lease {
         l.succeeded();
         rec.hold_lease(l);
     }
     match p.translation {
-        #[cfg(feature = "bench-dom-native")]
         None => {
+            // The usage is searched for from the end, where it is.
             rec.usage_from_body(&bytes);
-            Ok(json_response_parts(
-                StatusCode::OK,
-                dom_rewrite(&bytes, &c.route.alias).unwrap_or(UpBody::one(bytes)),
-                head.headers,
-            ))
-        }
-        #[cfg(not(feature = "bench-dom-native"))]
-        None => {
-            // The walk for the top-level model stops there (it comes early in every dialect's
-            // answer); the usage is searched for from the end, where it is. An answer that is
-            // not a JSON object goes back unchanged.
-            let [model] = json::find_members(&bytes, ["model"]).unwrap_or_default();
-            rec.usage_from_body(&bytes);
-            let out = match model {
-                Some(span) => UpBody::replacing(&bytes, span, &c.route.alias_json),
-                None => UpBody::one(bytes),
-            };
+            let out = native_body::answer(bytes, &c.route.alias_json, &c.route.alias);
             Ok(json_response_parts(StatusCode::OK, out, head.headers))
         }
         Some(t) => {
@@ -365,22 +327,18 @@ fn with_dropped(mut r: GwResponse, dropped: Option<HeaderValue>) -> GwResponse {
     r
 }
 
-/// An attempt that got no answer: counted, reported on its lease, and answered with `err` if no
-/// other deployment serves.
+/// An attempt that got no answer: reported on its lease and to the record, and answered with
+/// `err` if no other deployment serves.
 fn failed(
     lease: Option<Lease>,
-    label: u16,
+    rec: &mut Record,
     err: GwError,
     outcome: AttemptOutcome,
-    failure: &mut Option<Failure>,
+    another_may_serve: &mut bool,
 ) -> Result<GwResponse, GwError> {
-    metrics::attempt(label, outcome);
-    if let Some(mut l) = lease {
-        if l.failed(&err, None, std::time::Instant::now()) {
-            metrics::cooldown(label);
-        }
-    }
-    *failure = Some(Failure { outcome, status: 0 });
+    let cooled = lease.is_some_and(|mut l| l.failed(&err, None, std::time::Instant::now()));
+    rec.attempt_ended(outcome, 0, cooled);
+    *another_may_serve = true;
     Err(err)
 }
 
@@ -453,14 +411,4 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         src = c.source();
     }
     s
-}
-
-/// Measurement aid only (`--features bench-dom-native`): the native route done the obvious way,
-/// parsing the whole body into a DOM and serializing it again, to put a figure on what the
-/// targeted model rewrite saves.
-#[cfg(feature = "bench-dom-native")]
-fn dom_rewrite(body: &[u8], model: &str) -> Option<UpBody> {
-    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    v.as_object_mut()?.insert("model".into(), model.into());
-    Some(UpBody::one(Bytes::from(serde_json::to_vec(&v).ok()?)))
 }

@@ -13,6 +13,7 @@
 
 pub mod attempts;
 pub mod conn;
+mod native_body;
 pub mod paths;
 pub mod proxy;
 pub mod signals;
@@ -27,8 +28,8 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::exchange::access_log;
-use crate::posture::metrics;
 use crate::serve::signals::Signals;
+use crate::telemetry::metrics;
 
 fn bind(addr: SocketAddr) -> anyhow::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -103,7 +104,7 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
 
     access_log::init(&startup.access_log)?;
     if let Some(t) = &startup.tracing {
-        crate::posture::traces::init(t)?;
+        crate::telemetry::traces::init(t)?;
     }
     if let Some(m) = &startup.metrics {
         let a = metrics::exposition::serve(m.listen)?;
@@ -142,7 +143,7 @@ pub fn run(config: Config, config_path: String) -> anyhow::Result<()> {
         s.close();
     }
     access_log::flush();
-    crate::posture::traces::export_once();
+    crate::telemetry::traces::export_once();
     match failed {
         Some(e) => Err(e),
         None => Ok(()),

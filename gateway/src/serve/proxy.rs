@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::{HeaderValue, Request, StatusCode};
 use hyper::body::Incoming;
 
+use crate::admission::limits::Admit;
 use crate::config::Snapshot;
 use crate::dialect::body_head::parse_body_head;
 use crate::dialect::error::GwError;
@@ -15,10 +16,9 @@ use crate::exchange::request_id::X_REQUEST_ID;
 use crate::exchange::Record;
 use crate::http::body::{self, error_response, GwResponse, ReadError};
 use crate::http::client::UpstreamClient;
-use crate::posture::limits::Admit;
-use crate::posture::traces;
 use crate::provider::forward::{self, Forwarded};
 use crate::serve::attempts;
+use crate::telemetry::traces;
 
 /// One request of `dialect`'s route, run against `snap` with this worker's upstream pool.
 pub async fn handle(

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
+use crate::admission::limits::store::Store;
+use crate::admission::limits::StoreSource;
 use crate::config::{self, Snapshot};
-use crate::posture::limits::store::Store;
-use crate::posture::limits::StoreSource;
 
 pub struct Signals {
     rt: tokio::runtime::Runtime,

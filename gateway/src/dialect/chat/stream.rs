@@ -10,9 +10,9 @@ use serde::Deserialize;
 use super::{chat_id, stop_from, stop_to};
 use crate::dialect::decode::fast::{member, offset, opt_str, trim, Template};
 use crate::dialect::decode::upstream_stream_error;
-use crate::dialect::encode::{new_id, now_secs};
+use crate::dialect::encode::{new_id, now_secs, ClientStream};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Decoder, Encoder, Event, Fragment, StopReason, Usage};
+use crate::dialect::neutral::{Decoder, Event, Fragment, StopReason, Usage};
 use crate::dialect::Dialect;
 use crate::json::{scan_object, write_str, write_u64};
 use crate::sse::SseEvent;
@@ -252,7 +252,8 @@ impl StreamEncoder {
         }
     }
 
-    fn start(&mut self, id: &str) {
+    /// The header every chunk starts with.
+    fn render_head(&mut self, id: &str) {
         let mut h = BytesMut::with_capacity(128);
         h.extend_from_slice(b"{\"id\":");
         write_str(&mut h, &chat_id(id));
@@ -266,9 +267,6 @@ impl StreamEncoder {
 
     /// `data: HEAD"choices":[{"index":0,"delta":` … then the caller's delta, then the tail.
     fn open(&mut self, out: &mut BytesMut) {
-        if self.head.is_empty() {
-            self.start(&new_id("chatcmpl-"));
-        }
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(&self.head);
         out.extend_from_slice(b"\"choices\":[{\"index\":0,\"delta\":");
@@ -286,16 +284,27 @@ impl StreamEncoder {
     }
 }
 
-impl Encoder for StreamEncoder {
-    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
+impl ClientStream for StreamEncoder {
+    const ID_PREFIX: &'static str = "chatcmpl-";
+
+    fn usage(&mut self) -> &mut Usage {
+        &mut self.usage
+    }
+
+    fn started(&self) -> bool {
+        !self.head.is_empty()
+    }
+
+    /// The header, and the first chunk: the assistant's role.
+    fn start(&mut self, id: &str, out: &mut BytesMut) {
+        self.render_head(id);
+        self.open(out);
+        out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":\"\"}");
+        Self::close(out, None);
+    }
+
+    fn content(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
-            Event::Start { id, input_tokens } => {
-                self.usage.update(input_tokens, None);
-                self.start(&id);
-                self.open(out);
-                out.extend_from_slice(b"{\"role\":\"assistant\",\"content\":\"\"}");
-                Self::close(out, None);
-            }
             Event::Text(t) => {
                 self.open(out);
                 out.extend_from_slice(b"{\"content\":");
@@ -338,7 +347,6 @@ impl Encoder for StreamEncoder {
                     Self::close(out, Some(stop_to(s)));
                 }
             }
-            Event::Usage { input, output } => self.usage.update(input, output),
             Event::Done => {
                 if self.stop.is_none() {
                     self.open(out);
@@ -359,10 +367,11 @@ impl Encoder for StreamEncoder {
                 }
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }
+            Event::Start { .. } | Event::Usage { .. } => {}
         }
     }
 
-    fn error(&mut self, err: &GwError, out: &mut BytesMut) {
+    fn error_event(&mut self, err: &GwError, out: &mut BytesMut) {
         out.extend_from_slice(&err.sse_event(Dialect::Chat, 0));
     }
 }

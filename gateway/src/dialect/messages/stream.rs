@@ -9,9 +9,9 @@ use serde::Deserialize;
 use super::{msg_id, stop_from, stop_to};
 use crate::dialect::decode::fast::{member, offset, opt_str, u64_of, Template};
 use crate::dialect::decode::upstream_stream_error;
-use crate::dialect::encode::{new_id, serde_str};
+use crate::dialect::encode::{new_id, serde_str, ClientStream};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Decoder, Encoder, Event, Fragment, StopReason, Usage};
+use crate::dialect::neutral::{Decoder, Event, Fragment, StopReason, Usage};
 use crate::dialect::Dialect;
 use crate::json::{scan_object, write_u64};
 use crate::sse::{write_event, SseEvent};
@@ -349,6 +349,33 @@ impl StreamEncoder {
         i
     }
 
+    /// The frequent event, written without building a DOM.
+    fn delta(out: &mut BytesMut, index: u64, kind: &str, field: &str, value: &Fragment) {
+        out.extend_from_slice(
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
+        );
+        write_u64(out, index);
+        out.extend_from_slice(b",\"delta\":{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"");
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(b"\":");
+        value.write(out);
+        out.extend_from_slice(b"}}\n\n");
+    }
+}
+
+impl ClientStream for StreamEncoder {
+    const ID_PREFIX: &'static str = "msg_";
+
+    fn usage(&mut self) -> &mut Usage {
+        &mut self.usage
+    }
+
+    fn started(&self) -> bool {
+        self.started
+    }
+
     /// `message_start` and a `ping`, written as serde_json wrote the `Value` they were (members
     /// sorted by name).
     fn start(&mut self, id: &str, out: &mut BytesMut) {
@@ -368,33 +395,9 @@ impl StreamEncoder {
         );
     }
 
-    /// The frequent event, written without building a DOM.
-    fn delta(out: &mut BytesMut, index: u64, kind: &str, field: &str, value: &Fragment) {
-        out.extend_from_slice(
-            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
-        );
-        write_u64(out, index);
-        out.extend_from_slice(b",\"delta\":{\"type\":\"");
-        out.extend_from_slice(kind.as_bytes());
-        out.extend_from_slice(b"\",\"");
-        out.extend_from_slice(field.as_bytes());
-        out.extend_from_slice(b"\":");
-        value.write(out);
-        out.extend_from_slice(b"}}\n\n");
-    }
-}
-
-impl Encoder for StreamEncoder {
-    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
+    fn content(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
-            Event::Start { id, input_tokens } => {
-                self.usage.update(input_tokens, None);
-                self.start(&id, out);
-            }
             Event::Text(t) => {
-                if !self.started {
-                    self.start(&new_id("msg_"), out);
-                }
                 let i = match self.open {
                     Some((Open::Text, i)) => i,
                     _ => self.open(Open::Text, out, |out| {
@@ -404,9 +407,6 @@ impl Encoder for StreamEncoder {
                 Self::delta(out, i, "text_delta", "text", &t);
             }
             Event::ToolStart { index, id, name } => {
-                if !self.started {
-                    self.start(&new_id("msg_"), out);
-                }
                 self.open(Open::Tool(index), out, |out| {
                     out.extend_from_slice(b"{\"id\":");
                     serde_str(out, &id);
@@ -426,11 +426,7 @@ impl Encoder for StreamEncoder {
                 Self::delta(out, i, "input_json_delta", "partial_json", &delta);
             }
             Event::Stop(s) => self.stop = Some(s),
-            Event::Usage { input, output } => self.usage.update(input, output),
             Event::Done => {
-                if !self.started {
-                    self.start(&new_id("msg_"), out);
-                }
                 self.close(out);
                 let stop = stop_to(self.stop.unwrap_or(StopReason::End));
                 out.extend_from_slice(
@@ -447,10 +443,11 @@ impl Encoder for StreamEncoder {
                 out.extend_from_slice(b"}}\n\n");
                 write_event(out, "message_stop", br#"{"type":"message_stop"}"#);
             }
+            Event::Start { .. } | Event::Usage { .. } => {}
         }
     }
 
-    fn error(&mut self, err: &GwError, out: &mut BytesMut) {
+    fn error_event(&mut self, err: &GwError, out: &mut BytesMut) {
         out.extend_from_slice(&err.sse_event(Dialect::Messages, 0));
     }
 }

@@ -4,9 +4,9 @@
 use bytes::BytesMut;
 
 use super::{resp_id, split_name};
-use crate::dialect::encode::{new_id, now_secs, serde_str as put_str};
+use crate::dialect::encode::{new_id, now_secs, serde_str as put_str, ClientStream};
 use crate::dialect::error::GwError;
-use crate::dialect::neutral::{Encoder, Event, Fragment, StopReason, Usage};
+use crate::dialect::neutral::{Event, Fragment, StopReason, Usage};
 use crate::dialect::Dialect;
 use crate::json::{write_str, write_str_body, write_u64};
 
@@ -225,13 +225,6 @@ impl StreamEncoder {
         tail(out, seq, name);
     }
 
-    fn start(&mut self, id: &str, out: &mut BytesMut) {
-        self.started = true;
-        self.id = resp_id(id);
-        self.response_event(out, "response.created", "in_progress", false);
-        self.response_event(out, "response.in_progress", "in_progress", false);
-    }
-
     /// `response.output_item.done` of the item just written at the end of `self.items`
     /// (from `from` on), at `output_index`.
     fn item_done(&mut self, out: &mut BytesMut, from: usize, output_index: usize) {
@@ -361,13 +354,26 @@ impl DeltaHead {
     }
 }
 
-impl Encoder for StreamEncoder {
-    fn event(&mut self, ev: Event<'_>, out: &mut BytesMut) {
+impl ClientStream for StreamEncoder {
+    const ID_PREFIX: &'static str = "resp_";
+
+    fn usage(&mut self) -> &mut Usage {
+        &mut self.usage
+    }
+
+    fn started(&self) -> bool {
+        self.started
+    }
+
+    fn start(&mut self, id: &str, out: &mut BytesMut) {
+        self.started = true;
+        self.id = resp_id(id);
+        self.response_event(out, "response.created", "in_progress", false);
+        self.response_event(out, "response.in_progress", "in_progress", false);
+    }
+
+    fn content(&mut self, ev: Event<'_>, out: &mut BytesMut) {
         match ev {
-            Event::Start { id, input_tokens } => {
-                self.usage.update(input_tokens, None);
-                self.start(&id, out);
-            }
             Event::Text(t) => {
                 if !matches!(self.open, Some(Item::Text { .. })) {
                     self.close(out);
@@ -449,11 +455,7 @@ impl Encoder for StreamEncoder {
                 self.delta_head.frame(out, false, &delta, seq, arguments);
             }
             Event::Stop(s) => self.stop = Some(s),
-            Event::Usage { input, output } => self.usage.update(input, output),
             Event::Done => {
-                if !self.started {
-                    self.start(&new_id("resp_"), out);
-                }
                 self.close(out);
                 let (name, status) = match self.stop {
                     Some(StopReason::MaxTokens | StopReason::ContentFilter) => {
@@ -463,10 +465,11 @@ impl Encoder for StreamEncoder {
                 };
                 self.response_event(out, name, status, true);
             }
+            Event::Start { .. } | Event::Usage { .. } => {}
         }
     }
 
-    fn error(&mut self, err: &GwError, out: &mut BytesMut) {
+    fn error_event(&mut self, err: &GwError, out: &mut BytesMut) {
         let seq = self.seq;
         self.seq += 1;
         out.extend_from_slice(&err.sse_event(Dialect::Responses, seq));

@@ -1,10 +1,10 @@
 //! The local limiter's behaviour through [`Limits`], on the tests' clock.
 
 use super::*;
+use crate::admission::limits::clock::WINDOW_NS;
+use crate::admission::limits::limiter::Local;
+use crate::admission::limits::response::fmt_duration;
 use crate::checker::ConfigError;
-use crate::posture::limits::clock::WINDOW_NS;
-use crate::posture::limits::limiter::Local;
-use crate::posture::limits::response::fmt_duration;
 use http::HeaderMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

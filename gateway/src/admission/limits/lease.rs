@@ -34,9 +34,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::posture::limits::clock::now_ns;
-use crate::posture::limits::scripts;
-use crate::posture::limits::store::{Store, Unanswered};
+use crate::admission::limits::clock::now_ns;
+use crate::admission::limits::scripts;
+use crate::admission::limits::store::{Store, Unanswered};
 
 /// A lease is sized to last this long at this replica's own rate.
 pub const HORIZON: Duration = Duration::from_millis(100);

@@ -78,8 +78,8 @@ pub fn render() -> String {
     }
 
     render_spend(&mut o, &shards, &models);
-    if crate::posture::traces::enabled() {
-        let (dropped, ok, failed) = crate::posture::traces::counters();
+    if crate::telemetry::traces::enabled() {
+        let (dropped, ok, failed) = crate::telemetry::traces::counters();
         o.push_str("# HELP gateway_trace_spans_dropped_total Spans not exported: a worker's buffer was full, or their export failed.\n");
         o.push_str("# TYPE gateway_trace_spans_dropped_total counter\n");
         let _ = writeln!(o, "gateway_trace_spans_dropped_total {dropped}");
@@ -158,7 +158,7 @@ pub fn render() -> String {
     o.push_str("# HELP gateway_access_log_dropped_total Access-log lines dropped because the sink could not keep up.\n");
     o.push_str("# TYPE gateway_access_log_dropped_total counter\n");
     let _ = writeln!(o, "gateway_access_log_dropped_total {dropped}");
-    if let Some(st) = crate::posture::limits::store::stats() {
+    if let Some(st) = crate::admission::limits::store::stats() {
         render_store(&mut o, &st);
     }
     o
@@ -248,7 +248,7 @@ fn render_routing(o: &mut String, shards: &[Arc<Shard>]) {
 }
 
 /// The shared quota store's metrics (only when one is configured).
-fn render_store(o: &mut String, st: &crate::posture::limits::store::StatsView) {
+fn render_store(o: &mut String, st: &crate::admission::limits::store::StatsView) {
     o.push_str("# HELP gateway_limits_store_up Whether the rate-limit store answers (1) or on_store_error applies (0).\n");
     o.push_str("# TYPE gateway_limits_store_up gauge\n");
     let _ = writeln!(o, "gateway_limits_store_up {}", u8::from(st.up));
@@ -297,8 +297,8 @@ fn render_store(o: &mut String, st: &crate::posture::limits::store::StatsView) {
 
 /// `gateway_limits_store_round_trip_seconds`: every answered call, from sending it to its
 /// answer as the store's thread saw it (late answers included), and the longest so far.
-fn render_round_trips(o: &mut String, st: &crate::posture::limits::store::StatsView) {
-    use crate::posture::limits::store::ROUND_TRIP_BOUNDS_US;
+fn render_round_trips(o: &mut String, st: &crate::admission::limits::store::StatsView) {
+    use crate::admission::limits::store::ROUND_TRIP_BOUNDS_US;
     let name = "gateway_limits_store_round_trip_seconds";
     let _ = writeln!(
         o,
@@ -433,6 +433,7 @@ mod tests {
             tokens_out: 5,
             tokens_cached: 0,
             rejected: None,
+            attempt: None,
         }
     }
 
@@ -526,9 +527,12 @@ mod tests {
         assert_eq!(again.index(0), l.index(0));
         let u = l.index(0);
         let (p, m) = registry().upstreams.lock().unwrap()[u as usize].clone();
-        attempt(u, AttemptOutcome::RetryableStatus);
-        fallback(u);
-        cooldown(u);
+        let a = Attempted {
+            upstream: u,
+            outcome: AttemptOutcome::RetryableStatus,
+            cooled: true,
+        };
+        fallback(a);
         retry_budget_exhausted();
         let text = render();
         let labels = format!("provider=\"{p}\",upstream_model=\"{m}\"");

@@ -17,7 +17,7 @@ pub struct Policy {
     pub tokens_per_minute: Option<u64>,
     #[serde(default)]
     pub max_concurrent: Option<u32>,
-    /// Not in the `limits` section: a spend budget (`posture/spend`) is a policy of this kind
+    /// Not in the `limits` section: a spend budget (`admission/spend`) is a policy of this kind
     /// whose tokens are microdollars and whose window is its period (nanoseconds), not a minute.
     #[serde(skip)]
     pub spend_window_ns: Option<u64>,
@@ -27,7 +27,7 @@ impl Policy {
     /// The tokens part's window: a minute, or a spend budget's period.
     pub fn tokens_window(&self) -> u64 {
         self.spend_window_ns
-            .unwrap_or(crate::posture::limits::clock::WINDOW_NS)
+            .unwrap_or(crate::admission::limits::clock::WINDOW_NS)
     }
 }
 

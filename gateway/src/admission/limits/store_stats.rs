@@ -1,4 +1,4 @@
-//! What the metrics show of the shared store (rendered by `posture::metrics`, which reads them
+//! What the metrics show of the shared store (rendered by `telemetry::metrics`, which reads them
 //! here): its state and transitions, its calls by result, the round trips of those calls as the
 //! gateway sees them, and the admissions that waited for it or were decided by `on_store_error`.
 //!

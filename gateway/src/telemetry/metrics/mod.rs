@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::admission::limits::{Kind, Scope};
 use crate::dialect::Dialect;
-use crate::posture::limits::{Kind, Scope};
 use crate::routing::AliasMap;
 
 /// The most aliases that get their own `model` label value; the rest count as `other`.
@@ -317,23 +317,34 @@ impl UpstreamLabels {
 
 // --- recording (request path) ---
 
-/// One upstream attempt on the deployment labelled `upstream`.
+/// How one upstream attempt ended, as its counters see it (reported to the request's record,
+/// counted from it when the request ends).
+#[derive(Clone, Copy, Debug)]
+pub struct Attempted {
+    /// The deployment's (provider, upstream model) label.
+    pub upstream: u16,
+    pub outcome: AttemptOutcome,
+    /// It started the deployment's cooldown (repeated failures or its `retry-after`) on its
+    /// worker.
+    pub cooled: bool,
+}
+
+/// An attempt that ended and after which another deployment was tried (the request's last
+/// attempt is counted with its [`Sample`]).
+pub fn fallback(a: Attempted) {
+    with_shard(|s| {
+        count_attempt(s, a);
+        bump(&s.fallbacks[(a.upstream as usize).min(NUPSTREAMS - 1)], 1);
+    });
+}
+
 #[inline]
-pub fn attempt(upstream: u16, outcome: AttemptOutcome) {
-    let u = (upstream as usize).min(NUPSTREAMS - 1);
-    with_shard(|s| bump(&s.attempts[u * NOUTCOMES + outcome as usize], 1));
-}
-
-/// A failed attempt on `upstream` that was followed by an attempt on another deployment.
-pub fn fallback(upstream: u16) {
-    let u = (upstream as usize).min(NUPSTREAMS - 1);
-    with_shard(|s| bump(&s.fallbacks[u], 1));
-}
-
-/// `upstream` started a cooldown (repeated failures or its `retry-after`) on one worker.
-pub fn cooldown(upstream: u16) {
-    let u = (upstream as usize).min(NUPSTREAMS - 1);
-    with_shard(|s| bump(&s.cooldowns[u], 1));
+fn count_attempt(s: &Shard, a: Attempted) {
+    let u = (a.upstream as usize).min(NUPSTREAMS - 1);
+    bump(&s.attempts[u * NOUTCOMES + a.outcome as usize], 1);
+    if a.cooled {
+        bump(&s.cooldowns[u], 1);
+    }
 }
 
 /// A retry that the worker's retry budget did not allow.
@@ -386,6 +397,8 @@ pub struct Sample {
     pub tokens_out: u64,
     pub tokens_cached: u64,
     pub rejected: Option<(Scope, Kind)>,
+    /// The request's last upstream attempt, once it ended (the earlier ones: [`fallback`]).
+    pub attempt: Option<Attempted>,
 }
 
 pub fn record(x: &Sample) {
@@ -435,6 +448,9 @@ pub fn record(x: &Sample) {
         }
         if let Some(t) = x.first_token {
             obs(Hist::FirstToken, t);
+        }
+        if let Some(a) = x.attempt {
+            count_attempt(s, a);
         }
     })
 }

@@ -8,7 +8,7 @@
 //! }
 //! ```
 //!
-//! A budget is a rate-limit policy (`posture/limits`) whose tokens are microdollars and whose
+//! A budget is a rate-limit policy (`admission/limits`) whose tokens are microdollars and whose
 //! window is its period: the same GCRA locally, the same leases, Redis script and
 //! `on_store_error` across replicas (`limits.store`), so that a budget costs what a token limit
 //! costs and needs no Redis round trip on most requests. Before the call the budget must not be
@@ -30,12 +30,12 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::{Map, Value};
 
+use crate::admission::limits::policy::Policy;
+use crate::admission::limits::store::Store;
+use crate::admission::limits::{Admission, Admit, AliasAt, Limits, ModelPolicies, Rejection};
 use crate::checker::Checker;
 use crate::dialect::body_head::OutputCaps;
 use crate::dialect::error::GwError;
-use crate::posture::limits::policy::Policy;
-use crate::posture::limits::store::Store;
-use crate::posture::limits::{Admission, Admit, AliasAt, Limits, ModelPolicies, Rejection};
 use crate::routing::Route;
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -265,7 +265,7 @@ pub fn refusal(r: &Rejection) -> GwError {
             "budget exceeded: the spend budget of {} {:?} is used up; retry after {}",
             r.scope.as_str(),
             r.name,
-            crate::posture::limits::response::fmt_duration(r.retry_after)
+            crate::admission::limits::response::fmt_duration(r.retry_after)
         ),
     );
     e.code = Some("insufficient_quota");
@@ -276,7 +276,7 @@ pub fn refusal(r: &Rejection) -> GwError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::posture::limits::Admit;
+    use crate::admission::limits::Admit;
 
     fn budgets(v: Value) -> (Budgets, Vec<String>) {
         let mut c = Checker::default();

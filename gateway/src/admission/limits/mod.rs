@@ -80,13 +80,13 @@ use std::task::{Context, Poll, Waker};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::admission::limits::clock::now_ns;
+use crate::admission::limits::policy::{LimitsConfig, Policy};
+use crate::admission::limits::shared::Refused;
+use crate::admission::limits::state::PolicyState;
+use crate::admission::limits::store::{Store, StoreConfig};
+use crate::admission::limits::upkeep::Leases;
 use crate::checker::Checker;
-use crate::posture::limits::clock::now_ns;
-use crate::posture::limits::policy::{LimitsConfig, Policy};
-use crate::posture::limits::shared::Refused;
-use crate::posture::limits::state::PolicyState;
-use crate::posture::limits::store::{Store, StoreConfig};
-use crate::posture::limits::upkeep::Leases;
 
 pub use admission::Admission;
 pub use policy::{Kind, Scope};
@@ -274,7 +274,7 @@ impl Limits {
         out
     }
 
-    /// Policies another posture builds (the spend budgets of `posture/spend`: tokens counted in
+    /// Policies another posture builds (the spend budgets of `admission/spend`: tokens counted in
     /// microdollars over their period), by key id and by alias, shared through `store` exactly as
     /// the `limits` section's are (the same leases, `on_store_error` and fallback).
     pub fn of_policies(
