@@ -1,33 +1,35 @@
 //! How busy the rest of the machine was while a training ran.
 //!
-//! A BOLT profile counts the branches the gateway's code took, and on a small machine how often
-//! a worker parks and wakes depends on what else runs beside it: a BOLT training that ran beside
-//! another chain's builds overlapped a quiet training by 94.0%, where two quiet trainings overlap
-//! by 99.4% (docs/bench-results/streams.md). So a training records the share of the machine's
-//! CPU time that neither it nor its children (the gateway, a redis-server, the emulator) used,
-//! and `trainer profile pin` refuses a profile trained beside other work: a profile pinned from
-//! a busy machine fails the freshness check of the next quiet one.
+//! A BOLT profile counts the branches the binary's code took, and on a small machine how often an
+//! async worker parks and wakes depends on what else runs beside it: a BOLT training of the
+//! gateway that ran beside another chain's builds overlapped a quiet training by 94.0%, where two
+//! quiet trainings overlap by 99.4% (docs/bench-results/streams.md). So `pgo-engine train`
+//! records the share of the machine's CPU time that neither it nor the training command's process
+//! tree (the binary, its helpers, an emulator) used, and `pgo-engine pin` refuses a profile
+//! trained beside other work: a profile pinned from a busy machine fails the freshness check of
+//! the next quiet one.
 
 use anyhow::Result;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-use crate::procfs::{self, CpuTimes};
+use super::stat::{self, CpuTimes};
 
 /// The most CPU time, in percent of the machine, that other work may take while a training runs
-/// for its profile to be pinned (`trainer profile pin`), or for a stale freshness verdict to be
-/// final (`trainer profile check`); `wait-quiet` waits for it. A quiet machine measures under 2%
+/// for its profile to be pinned (`pgo-engine pin`), or for a stale freshness verdict to be final
+/// (`pgo-engine check`); `wait-quiet` waits for it. A quiet machine measures under 2%
 /// (profiles/README.md); a build beside the training takes 30% and more.
 pub const QUIET_MAX_OTHER_CPU_PCT: f64 = 10.0;
 
-/// What a training measured of the machine it ran on (the training manifest's `machine`).
+/// What a training measured of the machine it ran on (the training record's `machine`).
 #[derive(Serialize, Clone, Copy, Debug, PartialEq)]
 pub struct MachineLoad {
     /// The machine's CPUs (`/proc/stat`'s `cpuN` lines, not this process's affinity).
     pub cpus: usize,
     /// Wall-clock seconds the measurement spans.
     pub seconds: f64,
-    /// CPU time of the trainer and its children, in percent of the whole machine over that time.
+    /// CPU time of the engine and its children (the training command's whole tree, once
+    /// reaped), in percent of the whole machine over that time.
     pub own_cpu_pct: f64,
     /// CPU time of everything else (other processes and kernel threads; interrupt time, charged
     /// to no process, left out), in percent of the whole machine over that time.
@@ -56,9 +58,9 @@ impl Watch {
     pub fn finish(&self) -> Option<MachineLoad> {
         let seconds = self.started.elapsed().as_secs_f64();
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let (before, after) = (self.machine?, procfs::parse_machine_line(&stat)?);
-        let cpus = procfs::parse_cpu_count(&stat);
-        let hz = procfs::clock_ticks_per_sec() as f64;
+        let (before, after) = (self.machine?, stat::parse_machine_line(&stat)?);
+        let cpus = stat::parse_cpu_count(&stat);
+        let hz = stat::clock_ticks_per_sec() as f64;
         let busy = |t: CpuTimes| (t.busy - t.irq) as f64;
         let machine_seconds = (busy(after) - busy(before)).max(0.0) / hz;
         let own = (own_cpu_seconds() - self.own_seconds).max(0.0);
@@ -85,7 +87,7 @@ fn shares(cpus: usize, seconds: f64, machine: f64, own: f64) -> MachineLoad {
     }
 }
 
-/// Which machine a training ran on (the training manifest's `host`), so that a stale freshness
+/// Which machine a training ran on (the training record's `host`), so that a stale freshness
 /// verdict can say whether the pinned profile was trained on another one: two quiet machines have
 /// trained BOLT profiles of one binary that overlap by 92-94% over all functions with no code
 /// changed, which the same machine throttled to a third of its CPU does not do (99.3%), hence the
@@ -127,8 +129,8 @@ fn cpu_model(cpuinfo: &str) -> Option<String> {
     })
 }
 
-/// `trainer wait-quiet`: before a training is run again because the last one ran beside other
-/// work (the training checks of nix/stages/training-check.nix), wait until the machine is quiet.
+/// `pgo-engine wait-quiet`: before a training is run again because the last one ran beside other
+/// work (a training check whose `check` exited with status 3), wait until the machine is quiet.
 #[derive(clap::Args)]
 pub struct WaitQuietArgs {
     /// The busiest the machine may be, in percent of its CPU over one window, to count as quiet.
@@ -185,7 +187,7 @@ fn busy_pct(before: CpuTimes, after: CpuTimes) -> f64 {
 }
 
 fn read_machine() -> Option<CpuTimes> {
-    procfs::parse_machine_line(&std::fs::read_to_string("/proc/stat").ok()?)
+    stat::parse_machine_line(&std::fs::read_to_string("/proc/stat").ok()?)
 }
 
 /// User and system CPU seconds of this process (every thread) and its reaped children.

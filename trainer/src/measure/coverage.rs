@@ -17,8 +17,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::shapes::{self, Shape};
-use crate::train;
+use crate::drive::shapes::{self, Shape};
+use crate::drive::train;
 
 #[derive(clap::Args)]
 pub struct CoverageArgs {

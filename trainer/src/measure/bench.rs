@@ -18,7 +18,8 @@ mod stats;
 pub use batch_report::synthetic as report_synthetic;
 pub use batch_report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
 
-use crate::{check, load, procfs, shapes, train};
+use crate::drive::{check, load, shapes, train};
+use crate::host::procfs;
 use anyhow::{bail, Context, Result};
 use batch_report::{Binary, Leg, RigFloor, Settings, Window};
 use bytes::Bytes;
@@ -463,7 +464,7 @@ pub fn run_batch(
     });
 
     let redis = match (train::needs_redis(&shape), &k.redis_server) {
-        (true, Some(bin)) => Some(crate::redis::RedisServer::start(bin, &scratch.0)?),
+        (true, Some(bin)) => Some(crate::drive::redis::RedisServer::start(bin, &scratch.0)?),
         (true, None) => {
             bail!(
                 "bench: shape {} (posture shared-limits) needs --redis-server PATH",

@@ -14,9 +14,9 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-use crate::instructions::{self, Counts, PerRequest, RunArgs, Upstream};
-use crate::shapes;
-use crate::train;
+use crate::drive::shapes;
+use crate::drive::train;
+use crate::measure::instructions::{self, Counts, PerRequest, RunArgs, Upstream};
 
 #[derive(clap::Args, Debug)]
 pub struct StreamInstructionsArgs {

@@ -13,11 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::check::Expect;
-use crate::load;
-use crate::machine_load::{self, Host, MachineLoad};
+use crate::drive::check::Expect;
+use crate::drive::load;
+use crate::drive::shapes::{self, Loaded};
 use crate::mock::MockServer;
-use crate::shapes::{self, Loaded};
+use pgo_engine::host::load::{Host, MachineLoad, Watch};
 
 /// How long a gateway may take to announce itself and answer `/livez`.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -114,7 +114,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let scratch = tempdir("trainer-train")?;
 
     let mut results = Vec::new();
-    let watch = machine_load::Watch::start();
+    let watch = Watch::start();
     let outcome = (|| -> Result<()> {
         for s in &selected {
             eprintln!(
@@ -642,9 +642,9 @@ fn train_shape(
 
     let mock = MockServer::start("127.0.0.1:0".parse().unwrap(), 1).context("starting the mock")?;
     let redis = match (needs_redis(&s.shape), &args.redis_server) {
-        (true, Some(bin)) => {
-            Some(crate::redis::RedisServer::start(bin, scratch).context("starting its Redis")?)
-        }
+        (true, Some(bin)) => Some(
+            crate::drive::redis::RedisServer::start(bin, scratch).context("starting its Redis")?,
+        ),
         (true, None) => {
             bail!("posture shared-limits needs a Redis: pass --redis-server PATH")
         }

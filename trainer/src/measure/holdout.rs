@@ -5,8 +5,8 @@
 //! see the slowdown the gate exists to catch (inconclusive), or when the optimized binary is
 //! slower beyond the band.
 
-use crate::bench::{self, Knobs, Labeled};
-use crate::shapes;
+use crate::drive::shapes;
+use crate::measure::bench::{self, Knobs, Labeled};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -228,7 +228,7 @@ pub fn run(args: HoldoutArgs) -> Result<()> {
     };
     let mut report = bench::run_batch(&shape, &plain, &[optimized], &args.knobs)?;
     admit(&mut report, acc);
-    print!("{}", crate::bench::render_table(&report));
+    print!("{}", crate::measure::bench::render_table(&report));
     bench::write_json(&report, args.knobs.json.as_deref())?;
     let verdict = judge(&report, acc)?;
     println!("{verdict}");
@@ -274,7 +274,7 @@ mod tests {
 #[cfg(test)]
 mod gate_tests {
     use super::*;
-    use crate::bench::report_synthetic as synthetic;
+    use crate::measure::bench::report_synthetic as synthetic;
 
     /// The gate as `run` applies it: admission, then the verdict.
     fn gate(legs: &[(&str, f64, f64)], rig_rps: f64, acc: &Acceptance) -> Result<String> {
@@ -396,7 +396,7 @@ mod gate_tests {
             assert!(e.contains(needle), "no {needle:?} in: {e}");
         }
         // The table and the JSON say it too.
-        let table = crate::bench::render_table(&r);
+        let table = crate::measure::bench::render_table(&r);
         assert!(
             table.contains("INVALID: holdout gate: the rig floor"),
             "{table}"

@@ -1,10 +1,10 @@
-//! The bench's load: the trainer's load driver (`crate::load`) on its own OS thread pinned to the
+//! The bench's load: the trainer's load driver (`crate::drive::load`) on its own OS thread pinned to the
 //! rig CPU, run twice back to back — a warm-up, then the measurement window — with the CPU
 //! counters read on that thread at the window's edges, right before the window's run starts and
 //! right after its last response is in.
 
-use crate::load;
-use crate::procfs;
+use crate::drive::load;
+use crate::host::procfs;
 use anyhow::{anyhow, Context, Result};
 use bytes::Bytes;
 use std::net::SocketAddr;

@@ -20,11 +20,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::check::Expect;
-use crate::load;
+use crate::drive::check::Expect;
+use crate::drive::load;
+use crate::drive::shapes::{self, Loaded};
+use crate::drive::train::{self, Launch};
 use crate::mock::MockServer;
-use crate::shapes::{self, Loaded};
-use crate::train::{self, Launch};
 
 /// Start-up under cachegrind takes seconds, more on a loaded machine.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
@@ -218,7 +218,7 @@ pub fn run_once(
         &scratch.join(format!("{tag}.access.jsonl")),
     );
     let redis = match (train::needs_redis(&shape.shape), &run.redis_server) {
-        (true, Some(bin)) => Some(crate::redis::RedisServer::start(bin, scratch)?),
+        (true, Some(bin)) => Some(crate::drive::redis::RedisServer::start(bin, scratch)?),
         (true, None) => bail!(
             "instructions: shape {} (posture shared-limits) needs --redis-server PATH",
             shape.shape.name

@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::check::Expect;
-use crate::load;
+use crate::drive::check::Expect;
+use crate::drive::load;
+use crate::drive::shapes::{self, Loaded};
+use crate::drive::train::{self, Launch};
 use crate::mock::{MockOptions, MockServer};
-use crate::shapes::{self, Loaded};
-use crate::train::{self, Launch};
 
 /// A gateway under `ulimit -n` and a flood of connections may take a while to answer `/livez`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -158,7 +158,7 @@ struct Rig {
 
 impl Rig {
     fn start(gateway: &Path, shape: &Loaded, upstream_directives: Option<String>) -> Result<Rig> {
-        let gateway = crate::instructions::absolute_gateway(gateway)?;
+        let gateway = crate::measure::instructions::absolute_gateway(gateway)?;
         let scratch = train::tempdir("trainer-memory")?;
         let expect = Arc::new(
             Expect::for_payload_and_upstream(
@@ -324,7 +324,7 @@ pub fn stream_memory(args: StreamMemoryArgs) -> Result<()> {
         m.after_10s.rss_kib.saturating_sub(m.idle.rss_kib) as f64 / 1024.0
     );
     if let Some(p) = &args.json {
-        crate::instructions::write_json(p, &m)?;
+        crate::measure::instructions::write_json(p, &m)?;
     }
     Ok(())
 }
@@ -450,7 +450,7 @@ pub fn idle_connections(args: IdleConnectionsArgs) -> Result<()> {
         m.after_one_request.rss_kib, m.kib_per_connection_after
     );
     if let Some(p) = &args.json {
-        crate::instructions::write_json(p, &m)?;
+        crate::measure::instructions::write_json(p, &m)?;
     }
     Ok(())
 }
