@@ -160,6 +160,68 @@ fn train_runs_every_shape_but_the_holdout() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// The engine's binary, built (or found up to date) by cargo next to the trainer's.
+fn engine() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .args(["build", "-q", "-p", "pgo-engine"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .status()
+        .expect("run cargo build -p pgo-engine");
+    assert!(st.success(), "cargo build -p pgo-engine failed");
+    Path::new(TRAINER).with_file_name("pgo-engine")
+}
+
+/// `trainer train` is the gateway's training command under the engine's contract: its profiles
+/// land in the engine's profile directory, and its report is the engine's workload report.
+#[test]
+fn train_is_the_gateways_training_command_under_the_engine() {
+    let d = scratch("engine");
+    let gw = fake(&d, "");
+    let (profiles, report, record) = (
+        d.join("profiles"),
+        d.join("report.json"),
+        d.join("record.json"),
+    );
+    let only = "chat-minimal,messages-minimal";
+    let o = Command::new(engine())
+        .args(["train", "--kind", "llvm", "--binary"])
+        .arg(&gw)
+        .arg("--profile-dir")
+        .arg(&profiles)
+        .arg("--report")
+        .arg(&report)
+        .arg("--record")
+        .arg(&record)
+        .arg("--")
+        .arg(TRAINER)
+        .arg("train")
+        .arg("--gateway")
+        .arg(&gw)
+        .arg("--shapes")
+        .arg(shapes_dir())
+        .arg("--out")
+        .arg(&profiles)
+        .arg("--profile-dir")
+        .arg(d.join("raw"))
+        .arg("--report")
+        .arg(&report)
+        .args(["--only", only, "--max-requests", "10"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(r["profile_files"], 2);
+    assert_eq!(
+        r["workload"]["workloads"],
+        serde_json::json!(["chat-minimal", "messages-minimal"])
+    );
+    assert_eq!(r["workload"]["holdout"], holdout_name().as_str());
+    assert_eq!(r["workload"]["checked"], 20);
+    assert!(r["machine"]["own_cpu_pct"].is_number(), "{r}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn a_binary_without_instrumentation_fails_with_no_profile() {
     let d = scratch("noprof");

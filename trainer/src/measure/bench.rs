@@ -18,7 +18,7 @@ mod stats;
 pub use batch_report::synthetic as report_synthetic;
 pub use batch_report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
 
-use crate::drive::{check, load, shapes, train};
+use crate::drive::{check, config, load, shapes};
 use crate::host::procfs;
 use anyhow::{bail, Context, Result};
 use batch_report::{Binary, Leg, RigFloor, Settings, Window};
@@ -463,7 +463,7 @@ pub fn run_batch(
         flagged: false,
     });
 
-    let redis = match (train::needs_redis(&shape), &k.redis_server) {
+    let redis = match (config::needs_redis(&shape), &k.redis_server) {
         (true, Some(bin)) => Some(crate::drive::redis::RedisServer::start(bin, &scratch.0)?),
         (true, None) => {
             bail!(
@@ -578,10 +578,10 @@ fn run_leg(
     // The config training uses for the shape's posture (observability on; the rate-limited
     // posture adds its never-hit policy), on the bench's port.
     let access_log = scratch.0.join("access.log");
-    let mut config = train::gateway_config(shape, mock_addr, rig::free_port()?, &access_log);
+    let mut config = config::gateway_config(shape, mock_addr, rig::free_port()?, &access_log);
     config["listen"] = serde_json::Value::String(listen.to_string());
     if let Some(r) = redis {
-        train::with_store(&mut config, r);
+        config::with_store(&mut config, r);
     }
     let mut gw = rig::start_gateway(
         path,
@@ -601,7 +601,7 @@ fn run_leg(
         addr: listen,
         path: shape.endpoint.clone(),
         body: body.clone(),
-        headers: train::caller_headers(shape),
+        headers: config::caller_headers(shape),
     };
     let (w, ticks, rss) = measure(
         &target,

@@ -17,8 +17,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::drive::config;
 use crate::drive::shapes::{self, Shape};
-use crate::drive::train;
 
 #[derive(clap::Args)]
 pub struct CoverageArgs {
@@ -200,15 +200,15 @@ pub fn check(gateway: &Path, dir: &Path) -> Result<Report> {
             report.training_shapes += 1;
             path.shapes.push(shape.name.clone());
             // What this shape's training config turns on, as the gateway reads it.
-            let mut cfg = train::gateway_config(
+            let mut cfg = config::gateway_config(
                 &shape,
                 "127.0.0.1:9".parse().unwrap(),
                 9,
                 &scratch.join("access.jsonl"),
             );
-            if train::needs_redis(&shape) {
+            if config::needs_redis(&shape) {
                 // Where the Redis is does not change what the config turns on.
-                train::with_store(&mut cfg, "127.0.0.1:9".parse().unwrap());
+                config::with_store(&mut cfg, "127.0.0.1:9".parse().unwrap());
             }
             let cfg_path = scratch.join(format!("{}.json", shape.name));
             std::fs::write(&cfg_path, serde_json::to_vec_pretty(&cfg)?)?;

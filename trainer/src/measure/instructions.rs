@@ -4,7 +4,7 @@
 //! mispredicted conditional branches per request. Each measurement is two runs under cachegrind,
 //! one serving N requests of the shape and one serving none, subtracted, so that start-up and
 //! shutdown cancel out. The gateway gets the config training and the bench use for the shape
-//! (`train::gateway_config`); the mock upstream and the load driver run in this process, outside
+//! (`config::gateway_config`); the mock upstream and the load driver run in this process, outside
 //! valgrind, and every response is checked as training checks it.
 //!
 //! `trainer instructions-gate`: the holdout gate that cannot be noisy. Plain and optimized
@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::drive::check::Expect;
+use crate::drive::config;
+use crate::drive::gateway::{self, Launch};
 use crate::drive::load;
 use crate::drive::shapes::{self, Loaded};
-use crate::drive::train::{self, Launch};
 use crate::mock::MockServer;
 
 /// Start-up under cachegrind takes seconds, more on a loaded machine.
@@ -211,13 +212,13 @@ pub fn run_once(
     };
     let mock = MockServer::start_opts("127.0.0.1:0".parse().unwrap(), 1, mock_opts)
         .context("starting the mock")?;
-    let mut config = train::gateway_config(
+    let mut config = config::gateway_config(
         &shape.shape,
         mock.addr(),
         0, // the metrics listener on a port the gateway picks: nothing here scrapes it
         &scratch.join(format!("{tag}.access.jsonl")),
     );
-    let redis = match (train::needs_redis(&shape.shape), &run.redis_server) {
+    let redis = match (config::needs_redis(&shape.shape), &run.redis_server) {
         (true, Some(bin)) => Some(crate::drive::redis::RedisServer::start(bin, scratch)?),
         (true, None) => bail!(
             "instructions: shape {} (posture shared-limits) needs --redis-server PATH",
@@ -226,7 +227,7 @@ pub fn run_once(
         (false, _) => None,
     };
     if let Some(r) = &redis {
-        train::with_store(&mut config, r.addr());
+        config::with_store(&mut config, r.addr());
     }
     let config_path = scratch.join(format!("{tag}.config.json"));
     std::fs::write(&config_path, serde_json::to_vec_pretty(&config)?)?;
@@ -248,20 +249,20 @@ pub fn run_once(
         out_arg,
         gateway.into(),
     ];
-    let env = train::gateway_env();
+    let env = config::gateway_env();
     let launch = Launch {
         argv: &argv,
         cwd: scratch,
         ready_timeout: READY_TIMEOUT,
     };
     let log = scratch.join(format!("{tag}.gateway.log"));
-    let (mut gw, addr) = train::start_gateway(&launch, &config_path, &log, &env)?;
+    let (mut gw, addr) = gateway::start_gateway(&launch, &config_path, &log, &env)?;
     if requests > 0 {
         let expect = Arc::new(
             Expect::for_payload_and_upstream(shape.dialect, &shape.body, upstream.directives)
                 .map_err(|e| anyhow!("{e}"))?,
         );
-        let req = train::request(&shape.shape, shape.body.clone());
+        let req = config::request(&shape.shape, shape.body.clone());
         let mut opts = load::Options::new(addr, run.connections, load::Stop::Total(requests));
         opts.record_latency = false;
         opts.stop_on_failure = true;
@@ -301,7 +302,7 @@ pub fn measure(gateway: &Path, shape: &Loaded, run: &RunArgs) -> Result<Measurem
         );
     }
     let gateway = &absolute_gateway(gateway)?;
-    let scratch = train::tempdir("trainer-instructions")?;
+    let scratch = crate::drive::tempdir("trainer-instructions")?;
     let result = (|| -> Result<Measurement> {
         let idle = run_once(gateway, shape, 0, run, AS_THE_PAYLOAD_ASKS, &scratch)?;
         let loaded = run_once(

@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::drive::check::Expect;
+use crate::drive::config;
+use crate::drive::gateway::{self, Launch};
 use crate::drive::load;
 use crate::drive::shapes::{self, Loaded};
-use crate::drive::train::{self, Launch};
 use crate::mock::{MockOptions, MockServer};
 
 /// A gateway under `ulimit -n` and a flood of connections may take a while to answer `/livez`.
@@ -148,7 +149,7 @@ impl PeakSampler {
 /// The mock and the gateway of one measurement, the gateway configured for `shape` with keys,
 /// limits, metrics and the access log on.
 struct Rig {
-    gateway: train::Gateway,
+    gateway: gateway::Gateway,
     addr: std::net::SocketAddr,
     request: load::Request,
     expect: Arc<Expect>,
@@ -159,7 +160,7 @@ struct Rig {
 impl Rig {
     fn start(gateway: &Path, shape: &Loaded, upstream_directives: Option<String>) -> Result<Rig> {
         let gateway = crate::measure::instructions::absolute_gateway(gateway)?;
-        let scratch = train::tempdir("trainer-memory")?;
+        let scratch = crate::drive::tempdir("trainer-memory")?;
         let expect = Arc::new(
             Expect::for_payload_and_upstream(
                 shape.dialect,
@@ -178,9 +179,9 @@ impl Rig {
         )
         .context("starting the mock")?;
         let mut config =
-            train::gateway_config(&shape.shape, mock.addr(), 0, &scratch.join("access.jsonl"));
-        train::with_caller_key(&mut config);
-        train::with_unreached_limits(&mut config, &shape.shape.model);
+            config::gateway_config(&shape.shape, mock.addr(), 0, &scratch.join("access.jsonl"));
+        config::with_caller_key(&mut config);
+        config::with_unreached_limits(&mut config, &shape.shape.model);
         // Idle connections are closed after `header_ms` (30 s by default): long enough for
         // 8,000 connections to open on a loaded machine, not for a margin.
         config["timeouts"] = serde_json::json!({ "header_ms": 600_000 });
@@ -192,14 +193,14 @@ impl Rig {
             cwd: &scratch,
             ready_timeout: READY_TIMEOUT,
         };
-        let (gw, addr) = train::start_gateway(
+        let (gw, addr) = gateway::start_gateway(
             &launch,
             &config_path,
             &scratch.join("gateway.log"),
-            &train::gateway_env(),
+            &config::gateway_env(),
         )?;
-        let request = train::request(&shape.shape, shape.body.clone())
-            .header("authorization", &format!("Bearer {}", train::CALLER_KEY));
+        let request = config::request(&shape.shape, shape.body.clone())
+            .header("authorization", &format!("Bearer {}", config::CALLER_KEY));
         Ok(Rig {
             gateway: gw,
             addr,

@@ -15,7 +15,6 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 use crate::drive::shapes;
-use crate::drive::train;
 use crate::measure::instructions::{self, Counts, PerRequest, RunArgs, Upstream};
 
 #[derive(clap::Args, Debug)]
@@ -88,7 +87,7 @@ pub fn measure(
         "[[mock:frames:{}]][[mock:frame_interval_ms:{}]]",
         args.events, args.frame_interval_ms
     );
-    let scratch = train::tempdir("trainer-stream-instructions")?;
+    let scratch = crate::drive::tempdir("trainer-stream-instructions")?;
     let result = (|| -> Result<StreamMeasurement> {
         let idle = instructions::run_once(
             gateway,

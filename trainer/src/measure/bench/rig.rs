@@ -253,7 +253,7 @@ pub fn start_gateway(
     let mut cmd = Command::new(bin);
     cmd.arg("--config")
         .arg(&cfg_path)
-        .envs(crate::drive::train::gateway_env())
+        .envs(crate::drive::config::gateway_env())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::options().append(true).open(&log)?);
@@ -275,7 +275,7 @@ pub fn start_gateway(
                 proc.log_tail()
             );
         }
-        if crate::drive::train::livez(listen) {
+        if crate::drive::gateway::livez(listen) {
             return Ok(proc);
         }
         if Instant::now() > deadline {
