@@ -13,10 +13,12 @@ mod driver;
 mod pin;
 mod rig;
 mod stats;
+mod table;
 
 #[cfg(test)]
 pub use batch_report::synthetic as report_synthetic;
-pub use batch_report::{render_table, Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
+pub use batch_report::{Report, DRIFT_FLAG_PCT, RIG_HEADROOM_FLAG_X};
+pub use table::render_table;
 
 use crate::drive::{check, config, load, shapes};
 use crate::host::procfs;
@@ -122,7 +124,7 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     let report = run_batch(&args.shape, &args.baseline, &args.variants, &args.knobs)?;
-    print!("{}", batch_report::render_table(&report));
+    print!("{}", render_table(&report));
     write_json(&report, args.knobs.json.as_deref())?;
     if !report.valid {
         bail!("bench batch invalid: {}", report.problems.join("; "));
