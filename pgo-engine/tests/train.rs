@@ -170,7 +170,7 @@ fn a_training_fails_closed_naming_the_cause() {
             "exited with status 4",
         ),
         ("signal", "kill -9 $$", "was killed by signal 9"),
-        ("none", "true", "left no llvm profile file above 1024 bytes"),
+        ("none", "true", "left no profile file above 1024 bytes"),
         ("small", &profile("a.profraw", 10), "(only "),
         (
             "report",

@@ -135,7 +135,7 @@ pub fn check(a: &CheckArgs) -> Result<()> {
     }
     if !stale.is_empty() {
         let mut message = format!(
-            "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit profiles/",
+            "the pinned {kind} profile is stale: {}; refresh it with `{}` and commit the pinned profiles",
             stale.join("; "),
             a.refresh_command,
         );

@@ -80,7 +80,7 @@ pub fn use_diagnostics(a: &UseDiagnosticsArgs) -> Result<()> {
     }
     if !hot.is_empty() {
         bail!(
-            "the LLVM profile is stale: {} function(s) it has counts for changed their control flow since training (hash mismatch): {}; refresh it with `{}` and commit profiles/",
+            "the LLVM profile is stale: {} function(s) it has counts for changed their control flow since training (hash mismatch): {}; refresh it with `{}` and commit the pinned profiles",
             hot.len(),
             first_names(&hot),
             a.refresh_command

@@ -192,9 +192,13 @@ fn train(
     }
     if files == 0 {
         bail!(
-            "train: the training left no {kind} profile file above {} bytes in {}{}: is {} instrumented ({}), and did every run of it exit cleanly (a profile is written at exit)?",
+            "train: the training left no profile file above {} bytes in {} ({}){}: is {} instrumented ({}), and did every run of it exit cleanly (a profile is written at exit)?",
             a.min_profile_bytes,
             profile_dir.display(),
+            match a.kind {
+                Kind::Llvm => "*.profraw",
+                Kind::Bolt => "*.fdata",
+            },
             if small.is_empty() { String::new() } else { format!(" (only {})", small.join(", ")) },
             binary.display(),
             match a.kind {
