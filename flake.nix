@@ -76,8 +76,9 @@
             toolchain: refreshCommand:
             import ./nix/pipeline.nix {
               inherit toolchain shapes refreshCommand;
-              pinned = import ./nix/pinned-profiles.nix {
+              pinned = import ./nix/lib/pinned-profiles.nix {
                 profiles = ./profiles;
+                binary = "gateway";
                 inherit (toolchain) target rustRelease;
               };
             };

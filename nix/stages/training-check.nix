@@ -1,5 +1,5 @@
 # Stages 2 and 6, the training checks: train afresh in the sandbox (training-run.nix, failing
-# closed as training always has), then compare the fresh profile with the pinned one the build
+# closed), then compare the fresh profile with the pinned one the build
 # consumes. The pinned profile is stale when a fresh training overlaps its work (the functions
 # that count the requests' work, not the runtime's scheduling) by less than training noise and
 # the difference between machines explain, or (LLVM) when any function's control-flow hash changed; the failure names the
@@ -12,10 +12,14 @@
   name,
   # "llvm" or "bolt".
   kind,
-  # Derivation with bin/gateway, instrumented for `kind`.
-  gateway,
-  trainer,
-  shapes,
+  # The binary's name (bin/BINARY).
+  binary,
+  # Derivation with bin/BINARY, instrumented for `kind` (runnable here).
+  instrumented,
+  # The training (training-run.nix, `train`).
+  train,
+  # The engine (nix/lib/build-chain.nix, `engine`).
+  engine,
   # Output of the pinned-profile stage of `kind` (its profile file and manifest.json, verified).
   pinned,
   # Least overlap, in percent, of a fresh training with the pinned profile's work (nix/README.md
@@ -34,9 +38,9 @@ toolchain.runStage {
     mkdir -p "$out"
     attempt=1
     while :; do
-      ${import ./training-run.nix { inherit toolchain kind gateway trainer shapes; }}
+      ${import ./training-run.nix { inherit toolchain kind binary instrumented train; }}
       rc=0
-      ${trainer}/bin/trainer profile check \
+      ${engine}/bin/trainer profile check \
         --kind ${kind} \
         --pinned ${pinned} \
         --fresh "$fresh/$fresh_file" \
@@ -52,7 +56,7 @@ toolchain.runStage {
       # fails.
       if [ "$rc" -eq 3 ] && [ "$attempt" -lt 3 ]; then
         attempt=$((attempt + 1))
-        ${trainer}/bin/trainer wait-quiet --timeout-s 600
+        ${engine}/bin/trainer wait-quiet --timeout-s 600
         echo "stage $stage: training again, attempt $attempt of 3"
         rm -rf "$training" "$fresh" "$TMPDIR/profiles"
         continue

@@ -106,12 +106,21 @@ let
     '';
   };
 
-  llvmCheckOf = gateway: stages.training-check {
-    name = "gateway-training";
-    kind = "llvm";
+  # The LLVM training check of chain `c` (nix/pipeline.nix) on `instrumented`, against `pinned`.
+  llvmCheckIn =
+    c: { name ? "gateway-training", instrumented, pinned }:
+    c.stages.training-check {
+      inherit name instrumented pinned;
+      kind = "llvm";
+      binary = "gateway";
+      train = c.stages.training { inherit (c) trainer shapes; };
+      engine = c.trainer;
+      minOverlap = c.thresholds.llvmMinOverlap;
+      inherit (c) refreshCommand;
+    };
+  llvmCheckOf = instrumented: llvmCheckIn chain {
+    inherit instrumented;
     pinned = chain.gateway-profile;
-    minOverlap = chain.thresholds.llvmMinOverlap;
-    inherit gateway trainer shapes refreshCommand;
   };
 
   # The sources with one hot function edited (one more branch, behaviour unchanged): its
@@ -335,6 +344,8 @@ in
   # runtime's ELF machine before BOLT links it in.
   aarch64-bolt-with-x86_64-runtime =
     (aarch64With { boltRuntimeLib = "/usr/lib/llvm-22/lib/libbolt_rt_instr.a"; }).stages.bolt-instrument {
+      name = "gateway-bolt-instrumented";
+      binary = "gateway";
       pgo = tinyAarch64;
       inherit (aarch64) versions;
     };
@@ -343,10 +354,7 @@ in
   # wraps a gateway for training, whatever binfmt_misc on the builder would do.
   aarch64-without-emulator = (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).versions;
   aarch64-training-without-emulator =
-    (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).stages.emulated {
-      name = "gateway-instrumented-emulated";
-      gateway = tinyAarch64;
-    };
+    (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).chain.runnable "gateway-instrumented" tinyAarch64;
 
   # aarch64: the pinned profiles of the other target (x86_64's) given to the aarch64 chain: the
   # profile stage refuses them by their key's target before the PGO build.
@@ -355,15 +363,8 @@ in
 
   # aarch64, with the aarch64 plain build (a 15-minute cross build: the aarch64 CI job): an
   # emulated training run of a binary without instrumentation leaves no profile.
-  aarch64-training-without-profile = aarch64.stages.training-check {
-    name = "gateway-training";
-    kind = "llvm";
-    gateway = aarch64.stages.emulated {
-      name = "gateway-emulated";
-      gateway = aarch64.gateway;
-    };
+  aarch64-training-without-profile = llvmCheckIn aarch64 {
+    instrumented = aarch64.chain.runnable "gateway" aarch64.gateway;
     pinned = aarch64.gateway-profile-fresh;
-    minOverlap = aarch64.thresholds.llvmMinOverlap;
-    inherit (aarch64) trainer shapes refreshCommand;
   };
 }

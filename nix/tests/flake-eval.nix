@@ -771,14 +771,8 @@ let
       aarch64Linker = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER";
       x86Linker = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER";
       # The wrappers the training runs through (nix/stages/emulated.nix), as the chain makes them.
-      emulatedInstrumented = C.stages.emulated {
-        name = "gateway-instrumented-emulated";
-        gateway = C.gateway-instrumented;
-      };
-      emulatedBolt = C.stages.emulated {
-        name = "gateway-bolt-instrumented-emulated";
-        gateway = C.gateway-bolt-instrumented;
-      };
+      emulatedInstrumented = C.chain.runnable "gateway-instrumented" C.gateway-instrumented;
+      emulatedBolt = C.chain.runnable "gateway-bolt-instrumented" C.gateway-bolt-instrumented;
       scriptOf = d: d.args.script or "";
       s = m: "[x86_64-linux -> aarch64] ${m}";
       offlineWhere = (import ../offline/default.nix {
