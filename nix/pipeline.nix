@@ -57,18 +57,34 @@ let
   # The shape the bench and the instruction gate measure first (shapes/README.md).
   boardShape = "chat-minimal";
 
-  # The engine and the gateway's driver, one binary until the engine is a crate of its own.
-  trainer = toolchain.buildPackage ({ pname = "trainer"; package = "trainer"; rustflags = ""; }
-    // (if cross then { forHost = true; } else { }));
+  # Built for the builder, which runs them: the engine every stage of the chain runs, and the
+  # gateway's driver (its training command, the coverage gate, the holdout gates).
+  forBuilder = if cross then { forHost = true; } else { };
+  pgo-engine = toolchain.buildPackage ({ pname = "pgo-engine"; package = "pgo-engine"; rustflags = ""; } // forBuilder);
+  trainer = toolchain.buildPackage ({ pname = "trainer"; package = "trainer"; rustflags = ""; } // forBuilder);
 
   chain = import ./lib/build-chain.nix {
     inherit toolchain pinned refreshCommand features instrumentedFatLto;
-    engine = trainer;
+    engine = pgo-engine;
     package = "gateway";
     # The workspace's manifest: its [profile.release] is the gateway's.
     cargoToml = ../Cargo.toml;
-    trainingRun = gatewayStages.training { inherit trainer shapes; };
+    # What of the workspace the gateway is built from: the source digests of the manifests and
+    # the marker cover these (comparable with the pinned manifests').
+    sourceInclude = [
+      "Cargo.toml"
+      "Cargo.lock"
+      "gateway/Cargo.toml"
+      "gateway/src"
+      "third_party/hyper/Cargo.toml"
+      "third_party/hyper/src"
+    ];
+    trainingCommand = gatewayStages.training { inherit trainer shapes; };
     trainingInputs = shapes;
+    pinKeep = [
+      "function-coverage.json"
+      "function-coverage.txt"
+    ];
     # Least overlap of a fresh training with the pinned profile over the functions that count the
     # requests' work (the runtime's polls, parks and wakes left out: `trainer profile compare`),
     # in percent (nix/README.md, "Thresholds"): quiet trainings of one binary on two machines
@@ -120,7 +136,7 @@ let
 in
 rec {
   inherit (chain) versions codegenKey thresholds toolchain pinned refreshCommand;
-  inherit trainer shapes chain;
+  inherit pgo-engine trainer shapes chain;
   # The stage functions: the chain's and the gateway's own, for compositions such as
   # nix/tests/fail-closed.nix.
   stages = chain.stages // gatewayStages;

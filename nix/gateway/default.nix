@@ -1,4 +1,4 @@
-# The gateway's own stages, beside the chain every crate gets (nix/stages/): its training driver,
+# The gateway's own pieces, beside the chain every crate gets (nix/stages/): its training command,
 # the coverage gate, and the holdout gates on its shapes. Each is a function of the toolchain and
 # of its inputs.
 { toolchain }:

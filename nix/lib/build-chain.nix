@@ -22,7 +22,7 @@
   # emulator there (a cross target: aarch64 from x86_64) runs the target's binaries in training.
   # The entry points give it (nix/offline/default.nix `lib`, the flake's `lib.<system>`).
   toolchain,
-  # The engine every stage runs (a derivation with bin/trainer, built for the builder from this
+  # The engine every stage runs (a derivation with bin/pgo-engine, built for the builder from this
   # repository); the entry points give it.
   engine,
 
@@ -44,21 +44,20 @@
   cargoToml ? (if src == null then toolchain.src else src) + "/Cargo.toml",
   # Prefix of every stage's name (NAME-instrumented, NAME-pgo-bolt, ...; the plain build is NAME).
   name ? package,
+  # What under the source the manifests' and the marker's source digest covers (paths relative to
+  # it); none: all of it.
+  sourceInclude ? [ ],
 
   # The training command (the training contract, docs/library.md): a bash command line, run by
-  # the engine's `train` with the instrumented binary as $PGO_BINARY, its working directory the
-  # profile directory ($PGO_PROFILE_DIR), a scratch directory ($PGO_SCRATCH), loopback only. It
-  # must run the binary on the workload and exit 0 once every run of the binary exited cleanly.
-  # null only where `trainingRun` is given.
-  trainingCommand ? null,
-  # The training inputs, digested into every fresh profile's manifest (a corpus, the gateway's
-  # shapes). Default: the training command's text.
-  trainingInputs ? builtins.toFile "${name}-training-command" trainingCommand,
-  # How a training run is started: { kind, binary } -> the script lines that train `binary`
-  # (the instrumented binary's path) and leave its profile files and the training record
-  # (manifest.json) in "$training". Default: `trainingCommand` under the engine's `train`. The
-  # gateway gives its driver (nix/gateway/training.nix).
-  trainingRun ? null,
+  # the engine's `pgo-engine train` with the instrumented binary as $PGO_BINARY, the profile
+  # directory as its working directory ($PGO_PROFILE_DIR), a scratch directory ($PGO_SCRATCH), a
+  # place for its workload report ($PGO_REPORT), loopback only. It must run the binary on the
+  # workload and exit 0 once every run of the binary exited cleanly.
+  trainingCommand,
+  # The directory of the training inputs (a corpus, the gateway's shapes), digested into every
+  # fresh profile's manifest; null: none recorded (the command's store paths are in the stages'
+  # inputs all the same).
+  trainingInputs ? null,
   # The holdout command: a workload training never ran, under the same contract, run on the
   # plain, PGO and PGO+BOLT binaries under cachegrind (`holdout-instructions`); its standard output
   # must be the same for the three. null: no holdout stage.
@@ -76,10 +75,16 @@
   pinned ? null,
   # The command that pins fresh profiles; every stale-profile failure names it.
   refreshCommand,
+  # Files of a fresh LLVM profile stage pinned beside the profile (`pgo-engine pin --keep`: the
+  # gateway's function coverage).
+  pinKeep ? [ ],
 
   # The gates' thresholds (nix/README.md, "Thresholds", says how the defaults were measured on
-  # the gateway): the least overlap, in percent, of a fresh training with the pinned profile's
-  # work (LLVM, BOLT), and the least reduction of instructions on the holdout, PGO+BOLT vs plain.
+  # the gateway): the least overlap, in percent, of a fresh training with the pinned profile
+  # (llvmMinOverlap, boltMinOverlap: 97.0), over which functions (overlap: "work", the functions
+  # that count requests' work, leaving out an async runtime's scheduling; "all" for a crate
+  # without one), and the least reduction of instructions on the holdout, PGO+BOLT vs plain
+  # (minInstructionReduction: 5).
   thresholds ? { },
 
   # The cross target's smoke run through the emulator (nix/stages/emulated.nix): arguments, and
@@ -102,6 +107,7 @@ let
   limits = {
     llvmMinOverlap = 97.0;
     boltMinOverlap = 97.0;
+    overlap = "work";
     minInstructionReduction = 5;
   } // thresholds;
 
@@ -153,18 +159,11 @@ let
     else
       pinnedProfiles.why or "no pinned ${kind} profile at ${pinnedProfiles.where or "profiles/"}/${kind}";
 
-  train =
-    if trainingRun != null then
-      trainingRun
-    else if trainingCommand == null then
-      throw "nix/lib/build-chain.nix: ${name}: give a trainingCommand (the training contract, docs/library.md)"
-    else
-      import ./training-command.nix { inherit toolchain engine; command = trainingCommand; };
-
   # The shared arguments of the stages that train `program` (stage `label`), instrumented for
   # `kind`.
   trains = kind: label: program: {
-    inherit kind binary train;
+    inherit kind binary engine;
+    command = trainingCommand;
     instrumented = runnable label program;
   };
 
@@ -186,7 +185,8 @@ let
       else
         stages.training-check (trains kind label program // {
           name = stage;
-          inherit minOverlap engine refreshCommand after;
+          inherit minOverlap refreshCommand after;
+          inherit (limits) overlap;
           pinned = profile;
         });
 
@@ -240,7 +240,7 @@ let
 
     pgo-bolt = stages.bolt-optimize {
       name = "${name}-pgo-bolt";
-      inherit binary pgo profile gate engine versions refreshCommand;
+      inherit package binary pgo profile gate engine versions refreshCommand sourceInclude;
       src = source;
       boltProfile = bolt-profile;
       llvmCheck = training;
@@ -255,7 +255,7 @@ let
     release-check = toolchain.runStage {
       name = "${name}-release-check";
       script = ''
-        ${engine}/bin/trainer verify-proof --require-pinned ${pgo-bolt} \
+        ${engine}/bin/pgo-engine verify-proof --require-pinned --binary ${binary} ${pgo-bolt} \
           || fail "the artifact is not releasable (see above)"
         mkdir -p "$out"
         ln -s ${pgo-bolt} "$out/${name}-pgo-bolt"
@@ -269,7 +269,7 @@ let
       inputs = trainingInputs;
       reports = freshReports "llvm";
       src = source;
-      inherit engine gate versions codegenKey;
+      inherit gate versions codegenKey sourceInclude;
     });
 
     bolt-profile-fresh = stages.fresh-profile (trains "bolt" "${name}-bolt-instrumented" bolt-instrumented // {
@@ -277,7 +277,7 @@ let
       inputs = trainingInputs;
       reports = freshReports "bolt";
       src = source;
-      inherit engine gate pgo versions codegenKey;
+      inherit gate pgo versions codegenKey sourceInclude;
     });
 
     # Instructions of the holdout command, plain vs PGO vs PGO+BOLT (cachegrind: deterministic).
@@ -295,10 +295,12 @@ let
           minReduction = limits.minInstructionReduction;
         };
 
-    # What the refresh command needs: where the profiles are pinned, and its name.
+    # What the refresh command needs: its name, where the profiles are pinned, and what is
+    # pinned beside them.
     refresh = {
       command = refreshCommand;
       location = profilesLocation;
+      keep = pinKeep;
     };
 
     # The stage functions and the chain's inputs, for compositions (nix/tests/fail-closed.nix).

@@ -10,6 +10,9 @@
   engineFor,
   # The target of a chain that names none.
   defaultTarget,
+  # nixpkgs' writeShellScript, for `refreshApp` (a flake's); null: none (the offline entry point
+  # has nix/offline/refresh-profiles).
+  writeShellScript ? null,
 }:
 {
   # buildChain { target ? defaultTarget, package, trainingCommand, ... }: every stage of the chain
@@ -27,4 +30,13 @@
   # pinnedProfiles { profiles, location, binary, target, rustRelease }: the pinned profiles of one
   # key (what buildChain looks up in its `profiles`).
   pinnedProfiles = import ./pinned-profiles.nix;
+
+  # refreshApp { chain, attr, flags ? { } }: the refresh command of a chain in a flake, a script
+  # for `apps.<system>.refresh-profiles` (nix/lib/refresh-app.nix).
+  refreshApp =
+    args:
+    if writeShellScript == null then
+      throw "nix/lib: refreshApp is a flake's (the offline entry point has nix/offline/refresh-profiles)"
+    else
+      import ./refresh-app.nix ({ inherit writeShellScript; } // args);
 }

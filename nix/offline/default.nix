@@ -118,11 +118,36 @@ let
   # The aarch64 chain beside the builder's own (same arguments, another target).
   aarch64 = import ./default.nix (args // { target = "aarch64-unknown-linux-gnu"; });
 
+  # The library on this provider (docs/library.md): `lib.buildChain { ... }` builds any crate's
+  # chain, for this target or another (`target`), with the engine this repository builds for it.
+  chainFor = t: if t == target then chain else import ./default.nix (args // { target = t; });
+  lib = import ../lib {
+    toolchainFor = t: (chainFor t).toolchain;
+    engineFor = t: (chainFor t).pgo-engine;
+    defaultTarget = target;
+  };
+
+  # The template's crate (templates/default), built by this provider: the twin of what
+  # `nix flake init -t` gives.
+  templates.default = import ../../templates/default/chain.nix {
+    inherit lib;
+    src = builtins.path {
+      name = "wordfreq-source";
+      path = root + "/templates/default";
+      filter = path: type:
+        let rel = builtins.substring (builtins.stringLength (toString root) + 19) (-1) (toString path);
+        in builtins.elem rel [ "Cargo.toml" "Cargo.lock" "src" ] || builtins.match "src/.*" rel != null;
+    };
+    refreshCommand = "nix/offline/refresh-profiles --chain templates.default";
+    profilesLocation = "templates/default/profiles";
+  };
+
+  extras = { inherit lib templates; };
 in
 if target == "x86_64-unknown-linux-gnu" then
-  chain // {
+  chain // extras // {
     inherit aarch64;
     gateway-pgo-bolt-aarch64 = aarch64.gateway-pgo-bolt;
   }
 else
-  chain
+  chain // extras

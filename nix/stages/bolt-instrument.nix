@@ -25,7 +25,7 @@ toolchain.runStage {
     [ "$runtime_machine" = "$binary_machine" ] \
       || fail "BOLT runtime library $runtime is for '$runtime_machine', but the binary is for '$binary_machine': give the runtime of the target's architecture"
     # BOLT bakes the fdata path into the binary. A relative one is opened in the working
-    # directory of the process at exit, which the trainer sets to the profile directory it
+    # directory of the process at exit, which the training sets to the profile directory it
     # chose: nothing here depends on this sandbox's build directory, so the binary trains
     # anywhere (another sandbox-build-dir, no sandbox, substituted from a cache).
     mkdir -p "$out/bin"

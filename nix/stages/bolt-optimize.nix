@@ -3,7 +3,7 @@
 # marker is written last, only after every check passed. For a pinned profile it depends on the
 # training check that vouches for it, so a stale pinned profile fails the artifact even though the
 # PGO and BOLT stages never wait for a training run; a profile trained in this build (none pinned
-# for this key) needs no check, and the marker says so, with the reason (`trainer verify-proof
+# for this key) needs no check, and the marker says so, with the reason (`pgo-engine verify-proof
 # --require-pinned`, the release check, refuses it). Where the chain has a training gate (the
 # gateway's coverage gate) it depends on it, so a training set the gate refuses fails it too, and
 # the gate's report ships beside the marker (share/gateway/request-paths.json).
@@ -30,11 +30,14 @@
   # The chain's training gate { stage, report, what } (nix/lib/build-chain.nix, `trainingGate`):
   # its report file ships beside the proof marker; null: none.
   gate ? null,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The engine (bin/pgo-engine).
   engine,
   versions,
-  # The Cargo source the marker's source digest covers.
+  # The Cargo package the binary is of.
+  package,
+  # The Cargo source the marker's source digest covers, and what under it (none: all of it).
   src,
+  sourceInclude ? [ ],
 }:
 let
   # The proof's arguments for where a profile came from.
@@ -70,7 +73,9 @@ toolchain.runStage {
     cp ${binary} "$out/bin/${binary}"
     ${toolchain.tools.readelf} -S -W "$out/bin/${binary}" | grep -q '\.note\.bolt_info' \
       || fail "the output has no .note.bolt_info section: BOLT did not rewrite it"
-    ${engine}/bin/trainer proof \
+    ${engine}/bin/pgo-engine proof \
+      --package ${package} \
+      --binary ${binary} \
       --llvm-profile ${profile} \
       --bolt-profile ${boltProfile} \
       ${origin "llvm" llvmCheck llvmTrainedInBuild} \
@@ -79,9 +84,10 @@ toolchain.runStage {
       --bolt-log "$out/share/${binary}/bolt.log" \
       --versions ${versions}/versions.json \
       --source ${src} \
+      ${builtins.concatStringsSep " " (map (p: "--source-include ${p}") sourceInclude)} \
       --out "$out/share/${binary}/proof.json" \
-      || fail "trainer proof refused to write the marker"
-    ${engine}/bin/trainer verify-proof "$out/share/${binary}/proof.json" \
+      || fail "pgo-engine proof refused to write the marker"
+    ${engine}/bin/pgo-engine verify-proof "$out/share/${binary}/proof.json" \
       || fail "the proof marker does not verify"
   '' + (if gate == null then "" else ''
     cp ${gate.stage}/${gate.report} "$out/share/${binary}/${gate.report}" \

@@ -4,7 +4,7 @@
 # it into the PGO binary (`-report-stale`, output discarded: about 2 s) and pinned-verify.nix
 # refuses it when llvm-bolt finds a profiled function stale (its recorded branches do not fit the
 # code) or the binary lacks one (C runtime and builtin functions aside, `BOLT_MAY_MISS` in
-# trainer/src/pinned.rs), or when it is corrupt or of another key, naming the refresh command. A
+# pgo-engine/src/profile/bolt.rs), or when it is corrupt or of another key, naming the refresh command. A
 # change that leaves the profiled code alone (a comment, a cold function) needs no refresh. The
 # fdata is copied unchanged: it is already canonical (sorted).
 {
@@ -20,7 +20,7 @@
   versions,
   # JSON file of the key's codegen settings.
   codegenKey,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The engine (bin/pgo-engine).
   engine,
   # The command that refreshes the pinned profiles, named in every failure.
   refreshCommand,

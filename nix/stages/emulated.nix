@@ -1,7 +1,7 @@
 # A binary of a target the builder cannot run, made runnable here: `$out/bin/BINARY` is a script
 # that `exec`s the toolchain's emulator (qemu-user) on the real binary, so every stage that starts
 # it (the training runs of both kinds, the gateway's coverage gate) takes it unchanged.
-# Because the script execs, the pid the trainer holds is the emulator's: SIGTERM reaches the guest
+# Because the script execs, the pid the training holds is the emulator's: SIGTERM reaches the guest
 # through it and the guest's exit status is the process's; the environment (LLVM_PROFILE_FILE)
 # and the working directory (a BOLT-instrumented binary's relative fdata path) pass through.
 #

@@ -18,17 +18,19 @@
   binary,
   # Derivation with bin/BINARY, instrumented for `kind` (runnable here).
   instrumented,
-  # The training (training-run.nix, `train`).
-  train,
-  # The training inputs the manifest digests (the gateway's shapes, a corpus).
-  inputs,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The training command (training-run.nix).
+  command,
+  # The directory of training inputs the manifest digests (the gateway's shapes, a corpus), or
+  # null.
+  inputs ? null,
+  # The engine (bin/pgo-engine).
   engine,
   versions,
   # JSON file of the key's codegen settings (nix/lib/build-chain.nix).
   codegenKey,
-  # The Cargo source the manifest's source digest covers.
+  # The Cargo source the manifest's source digest covers, and what under it (none: all of it).
   src,
+  sourceInclude ? [ ],
   # The chain's training gate { stage, report, what }, or null.
   gate ? null,
   # BOLT: the PGO stage whose binary `instrumented` instruments (the profile belongs to it).
@@ -42,23 +44,24 @@ toolchain.runStage {
   script = (if gate == null then "" else ''
     [ -s ${gate.stage}/${gate.report} ] || fail "${gate.what} left no report"
   '') + ''
-    ${import ./training-run.nix { inherit toolchain kind binary instrumented train; }}
+    ${import ./training-run.nix { inherit toolchain kind binary instrumented command engine; }}
     mkdir -p "$out"
     cp "$fresh/$fresh_file" "$out/$fresh_file"
-    cp "$training/manifest.json" "$out/training.json"
-    ${engine}/bin/trainer profile manifest \
+    cp "$training/record.json" "$out/training.json"
+    ${engine}/bin/pgo-engine manifest \
       --kind ${kind} \
       --profile "$out/$fresh_file" \
-      --training "$training/manifest.json" \
+      --training "$training/record.json" \
       --versions ${versions}/versions.json \
       --codegen ${codegenKey} \
       --system ${toolchain.system} \
       --provider ${toolchain.name} \
       --source ${src} \
-      --shapes ${inputs} \
+      ${builtins.concatStringsSep " " (map (p: "--source-include ${p}") sourceInclude)} \
+      ${if inputs == null then "" else "--workload-inputs ${inputs}"} \
       --instrumented ${instrumented}/bin/${binary} \
       ${if pgo == null then "" else "--pgo-binary ${pgo}/bin/${binary}"} \
       --out "$out/manifest.json" \
-      || fail "trainer profile manifest failed"
+      || fail "pgo-engine manifest failed"
   '' + reports;
 }

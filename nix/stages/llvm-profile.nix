@@ -15,7 +15,7 @@
   versions,
   # JSON file of the key's codegen settings.
   codegenKey,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The engine (bin/pgo-engine).
   engine,
   # The command that refreshes the pinned profiles, named in every failure.
   refreshCommand,

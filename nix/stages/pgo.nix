@@ -3,7 +3,7 @@
 # crates of third_party/; cargo caps the lints of registry crates, which silences theirs), every
 # function whose control-flow hash no longer matches its profile record ("hash mismatch") and,
 # asked to with -pgo-warn-missing-function, every function the profile does not know. The engine's
-# `profile use-diagnostics` fails the stage, naming the refresh command, when a function the
+# `use-diagnostics` fails the stage, naming the refresh command, when a function the
 # profile has counts for changed (a stale profile); a changed function training never ran (a cold
 # edit) is optimized without a profile as before, and a new function is left to the LLVM training
 # check, which fails when training runs it. A build that lost its relocations is rejected here,
@@ -17,7 +17,7 @@
   crate,
   # Output of the LLVM profile stage (BINARY.profdata, BINARY.proftext, manifest.json).
   profile,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The engine (bin/pgo-engine).
   engine,
   # Linker flag that keeps relocations.
   emitRelocs,
@@ -42,7 +42,7 @@ toolchain.runStage {
   script = ''
     diagnostics=${build}/share/${package}/pgo-diagnostics.txt
     [ -f "$diagnostics" ] || fail "the PGO build kept no profile-use diagnostics"
-    ${engine}/bin/trainer profile use-diagnostics \
+    ${engine}/bin/pgo-engine use-diagnostics \
       --profile ${profile}/${binary}.proftext \
       --diagnostics "$diagnostics" \
       --refresh-command ${builtins.toJSON refreshCommand} \

@@ -1,4 +1,4 @@
-# The check both profile stages start with, as a script snippet: `trainer profile verify` accepts
+# The check both profile stages start with, as a script snippet: `pgo-engine verify` accepts
 # the profile directory (its file is the one its manifest names, its key is this build's: Rust
 # release, rustc and cargo, target, codegen settings; for BOLT, it fits this build's PGO binary by
 # content), or the stage fails naming the refresh command. The directory is the pinned one, or
@@ -13,7 +13,7 @@
   versions,
   # JSON file of the key's codegen settings (nix/lib/build-chain.nix, `codegenKey`).
   codegenKey,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The engine (bin/pgo-engine).
   engine,
   refreshCommand,
   # BOLT: shell words naming llvm-bolt's report of reading the profile into the PGO binary and
@@ -22,7 +22,7 @@
   boltSymbols ? null,
 }:
 ''
-  ${engine}/bin/trainer profile verify \
+  ${engine}/bin/pgo-engine verify \
     --kind ${kind} \
     --dir ${profile} \
     --versions ${versions}/versions.json \

@@ -16,15 +16,18 @@
   binary,
   # Derivation with bin/BINARY, instrumented for `kind` (runnable here).
   instrumented,
-  # The training (training-run.nix, `train`).
-  train,
-  # The engine (nix/lib/build-chain.nix, `engine`).
+  # The training command (training-run.nix).
+  command,
+  # The engine (bin/pgo-engine).
   engine,
   # Output of the pinned-profile stage of `kind` (its profile file and manifest.json, verified).
   pinned,
-  # Least overlap, in percent, of a fresh training with the pinned profile's work (nix/README.md
-  # says how it was derived from trainings measured on one machine and on two).
+  # Least overlap, in percent, of a fresh training with the pinned profile (nix/README.md says how
+  # the gateway's was derived from trainings measured on one machine and on two), over `overlap`:
+  # "work" (the functions that count the requests' work, not an async runtime's scheduling) or
+  # "all" (every function: a crate without an async runtime).
   minOverlap,
+  overlap ? "work",
   # The command that refreshes the pinned profiles, named when they are stale.
   refreshCommand,
   # Stages this one runs after, though it reads nothing of them: the LLVM check is built before
@@ -38,16 +41,17 @@ toolchain.runStage {
     mkdir -p "$out"
     attempt=1
     while :; do
-      ${import ./training-run.nix { inherit toolchain kind binary instrumented train; }}
+      ${import ./training-run.nix { inherit toolchain kind binary instrumented command engine; }}
       rc=0
-      ${engine}/bin/trainer profile check \
+      ${engine}/bin/pgo-engine check \
         --kind ${kind} \
         --pinned ${pinned} \
         --fresh "$fresh/$fresh_file" \
         --min-overlap ${toString minOverlap} \
+        --overlap ${overlap} \
         --refresh-command ${builtins.toJSON refreshCommand} \
         --verdict "$out/verdict.json" \
-        --training "$training/manifest.json" \
+        --training "$training/record.json" \
         || rc=$?
       [ "$rc" -eq 0 ] && break
       # Stale, but the training ran beside other work (exit status 3): its counts may have moved
@@ -56,9 +60,9 @@ toolchain.runStage {
       # fails.
       if [ "$rc" -eq 3 ] && [ "$attempt" -lt 3 ]; then
         attempt=$((attempt + 1))
-        ${engine}/bin/trainer wait-quiet --timeout-s 600
+        ${engine}/bin/pgo-engine wait-quiet --timeout-s 600
         echo "stage $stage: training again, attempt $attempt of 3"
-        rm -rf "$training" "$fresh" "$TMPDIR/profiles"
+        rm -rf "$training" "$fresh" "$profiles"
         continue
       fi
       fail "the freshness check of the pinned ${kind} profile failed (see above)"

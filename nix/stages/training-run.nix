@@ -1,26 +1,28 @@
 # The training run the freshness checks and the fresh-profile stages share, as a script snippet:
-# the chain's training (`train`: the training command under the engine's `train`, which holds it
-# to the training contract, docs/library.md; or the gateway's driver, nix/gateway/training.nix)
-# drives the instrumented binary inside the sandbox (loopback only), and the profiles it leaves
-# are merged into one profile in the pinned form: LLVM's text profile (`llvm-profdata merge
-# --text`, sorted by function), or BOLT's fdata sorted (merge-fdata prints its map in hash order,
-# so the same profiles in another order would give other bytes). The training fails closed,
-# naming the cause (the gateway's: the shape); so does a merge of a corrupt or missing profile.
-# Leaves the merged profile at "$fresh/$fresh_file" and the training record at
-# "$training/manifest.json". Needs the stage prologue's `fail`.
+# the engine's `pgo-engine train` runs the chain's training command on the instrumented binary
+# inside the sandbox (loopback only) and holds it to the training contract (docs/contracts.md,
+# docs/library.md): the command gets the binary as $PGO_BINARY, the profile directory as its
+# working directory, a scratch directory, and must exit 0 once every run of the binary exited
+# cleanly; the engine fails the stage, naming the cause, when it does not or leaves no profile,
+# and writes the training record (the machine's load while it ran, the host, the command's
+# workload report). The profiles are then merged into one profile in the pinned form: LLVM's text
+# profile (`llvm-profdata merge --text`, sorted by function), or BOLT's fdata sorted (merge-fdata
+# prints its map in hash order, so the same profiles in another order would give other bytes).
+# Leaves the merged profile at "$fresh/$fresh_file" and the record at "$training/record.json".
+# Needs the stage prologue's `fail`.
 {
   toolchain,
   # "llvm" (profraw via LLVM_PROFILE_FILE) or "bolt" (fdata at the relative path baked in by
-  # llvm-bolt, written in the binary's working directory, which the training sets).
+  # llvm-bolt, written in the binary's working directory, the profile directory).
   kind,
   # The binary's name: the merged profile is BINARY.proftext or BINARY.fdata.
   binary,
   # Derivation with bin/BINARY, instrumented for `kind` (runnable here: nix/stages/emulated.nix).
   instrumented,
-  # The training: { kind, binary } -> the script lines that train `binary` (the instrumented
-  # binary's path) and leave its profile files (*.profraw, *.fdata) and the training record
-  # (manifest.json) in "$training" (nix/lib/build-chain.nix, `trainingRun`).
-  train,
+  # The training command: a bash command line (nix/lib/build-chain.nix, `trainingCommand`).
+  command,
+  # The engine (bin/pgo-engine).
+  engine,
 }:
 let
   inherit (toolchain) tools;
@@ -28,7 +30,7 @@ let
     if kind == "llvm" then
       ''
         fresh_file=${binary}.proftext
-        profraws=("$training"/*.profraw)
+        profraws=("$profiles"/*.profraw)
         [ ''${#profraws[@]} -gt 0 ] || fail "no .profraw after training: the training run produced no profile"
         # An input it cannot read is only a warning to llvm-profdata (it merges the others):
         # any warning fails the stage.
@@ -44,7 +46,7 @@ let
     else
       ''
         fresh_file=${binary}.fdata
-        fdata=("$training"/*.fdata)
+        fdata=("$profiles"/*.fdata)
         [ ''${#fdata[@]} -gt 0 ] || fail "no .fdata after training: the BOLT training run produced no profile"
         ${tools.mergeFdata} "''${fdata[@]}" -o "$fresh/merged.fdata" || fail "merge-fdata failed"
         LC_ALL=C sort -o "$fresh/${binary}.fdata" "$fresh/merged.fdata"
@@ -52,10 +54,18 @@ let
 in
 ''
   training="$TMPDIR/training"
+  profiles="$TMPDIR/profiles"
   fresh="$TMPDIR/fresh"
-  mkdir -p "$training" "$fresh" "$TMPDIR/profiles"
-  ${train { inherit kind; binary = "${instrumented}/bin/${binary}"; }}
-  [ -s "$training/manifest.json" ] || fail "the trainer wrote no manifest"
+  mkdir -p "$training" "$fresh" "$profiles"
+  echo "stage $stage: training in $TMPDIR (profiles written to $profiles)"
+  ${engine}/bin/pgo-engine train \
+    --kind ${kind} \
+    --binary ${instrumented}/bin/${binary} \
+    --profile-dir "$profiles" \
+    --record "$training/record.json" \
+    -- "$BASH" -c ${import ../lib/shell-quote.nix command} \
+    || fail "the training failed (the engine's message above names the cause)"
+  [ -s "$training/record.json" ] || fail "the engine wrote no training record"
   shopt -s nullglob
   ${merge}
   [ -s "$fresh/$fresh_file" ] || fail "the merged profile is empty"

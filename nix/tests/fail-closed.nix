@@ -113,8 +113,8 @@ let
       inherit name instrumented pinned;
       kind = "llvm";
       binary = "gateway";
-      train = c.stages.training { inherit (c) trainer shapes; };
-      engine = c.trainer;
+      command = c.stages.training { inherit (c) trainer shapes; };
+      engine = c.pgo-engine;
       minOverlap = c.thresholds.llvmMinOverlap;
       inherit (c) refreshCommand;
     };
@@ -189,8 +189,50 @@ let
         || fail "cannot link the aarch64 program"
     '';
   };
+  # The template's crate (templates/default) through the library (nix/lib/build-chain.nix) with
+  # another training command: a crate's chain, cheap to build.
+  template = chain.templates.default;
+  templateWith =
+    args':
+    chain.lib.buildChain ({
+      inherit (template.crate) package src;
+      cargoToml = ../../templates/default/Cargo.toml;
+      refreshCommand = "nix/offline/refresh-profiles --chain templates.default";
+    } // args');
 in
 {
+  # A crate's training command that fails: the fresh profile stage fails, naming the command's
+  # exit status (the training contract, docs/library.md).
+  library-training-command-fails = (templateWith { trainingCommand = "exit 3"; }).profile-fresh;
+
+  # A crate's training command that never runs the binary leaves no profile: the stage fails.
+  library-training-leaves-no-profile = (templateWith { trainingCommand = "true"; }).profile-fresh;
+
+  # A published crate's source changed after cargo vendored it (here: the template's crate with a
+  # checksum file that records another main.rs): the source stage refuses it.
+  library-crate-not-as-vendored = import ../offline/registry-crate.nix {
+    inherit toolchain;
+    name = "wordfreq-source";
+    package = "wordfreq";
+    crate = toolchain.runStage {
+      name = "wordfreq-vendored";
+      script = ''
+        cp -r ${template.crate.src} "$out"
+        chmod -R u+w "$out"
+        printf '{"files":{"Cargo.toml":"%s","Cargo.lock":"%s","src/main.rs":"%s"},"package":"%s"}' \
+          "$(sha256sum < "$out/Cargo.toml" | cut -d' ' -f1)" "$(sha256sum < "$out/Cargo.lock" | cut -d' ' -f1)" \
+          "$(echo 'fn main() {}' | sha256sum | cut -d' ' -f1)" "$(printf 0%.0s {1..64})" > "$out/.cargo-checksum.json"
+      '';
+    };
+    lock = builtins.toFile "Cargo.lock" ''
+      [[package]]
+      name = "wordfreq"
+      version = "0.1.0"
+      source = "registry+https://github.com/rust-lang/crates.io-index"
+      checksum = "${builtins.concatStringsSep "" (builtins.genList (_: "0") 64)}"
+    '';
+  };
+
   # Training a binary without instrumentation leaves no profraw: the training check fails.
   training-without-instrumentation = llvmCheckOf chain.gateway;
 
