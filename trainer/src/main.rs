@@ -1,15 +1,14 @@
 //! `trainer`: the gateway's driver, everything that drives the gateway from outside: the mock
 //! upstream, the training shapes and the gateway's training command, the load driver, the A/B
 //! bench, the cachegrind instruction counts and the holdout and coverage gates. What any crate's
-//! chain needs (profile keys, pins, freshness checks, the proof marker) is the engine's
-//! (`pgo-engine`), which this uses as a library where the two share code.
+//! chain needs (the training contract, profile keys, pins, freshness checks, the proof marker) is
+//! the engine's (`pgo-engine`), which this uses as a library where the two share code.
 //!
 //! The modules are layered (ARCHITECTURE.md, "Code map: the trainer"; `tests/layers.rs`):
 //! `mock` and `host` at the bottom, `drive` on them, `measure` on top.
 
 mod drive;
 mod host;
-mod legacy;
 mod measure;
 mod mock;
 
@@ -34,11 +33,6 @@ enum Command {
     Mock(mock::MockArgs),
     /// Train every non-holdout shape through an instrumented gateway; collect its profiles.
     Train(train::TrainArgs),
-    /// Write the proof marker (`pgo-engine proof` with the gateway's arguments; until the
-    /// stages call the engine).
-    Proof(legacy::OldProofArgs),
-    /// Check a proof marker (`pgo-engine verify-proof`).
-    VerifyProof(pgo_engine::proof::marker::VerifyProofArgs),
     /// Stand-in gateway for the trainer's own tests.
     #[command(hide = true)]
     FakeGateway(fake_gateway::FakeGatewayArgs),
@@ -64,32 +58,16 @@ enum Command {
     StreamMemory(memory::StreamMemoryArgs),
     /// Memory per idle client keep-alive connection, before and after one request each.
     IdleConnections(memory::IdleConnectionsArgs),
-    /// Pinned profiles (`pgo-engine manifest|verify|check|compare|use-diagnostics|pin` with the
-    /// gateway's arguments; until the stages call the engine).
-    Profile(legacy::ProfileArgs),
-    /// Wait until the machine is quiet (`pgo-engine wait-quiet`).
-    WaitQuiet(pgo_engine::host::load::WaitQuietArgs),
 }
 
-/// Exit status 1 on an error, 3 on a stale freshness verdict of a training that ran beside other
-/// work (`BusyTraining`: the training check trains again).
-fn main() -> std::process::ExitCode {
-    match run(Cli::parse().command) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("Error: {e:?}");
-            let busy = e.is::<pgo_engine::pinned::freshness::BusyTraining>();
-            std::process::ExitCode::from(if busy { 3 } else { 1 })
-        }
-    }
+fn main() -> anyhow::Result<()> {
+    run(Cli::parse().command)
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Mock(args) => mock::run(args),
         Command::Train(args) => train::run(args),
-        Command::Proof(args) => legacy::proof(args),
-        Command::VerifyProof(args) => legacy::verify_proof(args),
         Command::FakeGateway(args) => fake_gateway::run(args),
         Command::Load(args) => load_driver::cli(args),
         Command::Bench(args) => bench::run(args),
@@ -101,7 +79,5 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::StreamInstructions(args) => stream_instructions::run(args),
         Command::StreamMemory(args) => memory::stream_memory(args),
         Command::IdleConnections(args) => memory::idle_connections(args),
-        Command::Profile(args) => legacy::profile(args),
-        Command::WaitQuiet(args) => legacy::wait_quiet(args),
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use support::Crate;
 
 /// From the bottom up: the mock upstream and the machine; driving a gateway with the shapes;
-/// benchmarks and gates; the binary and its subcommands of before the engine was split out.
+/// benchmarks and gates; the binary.
 const TRAINER: Crate = Crate {
     name: "trainer",
     layers: &[
@@ -16,7 +16,6 @@ const TRAINER: Crate = Crate {
         ("host", 0),
         ("drive", 1),
         ("measure", 2),
-        ("legacy", 3),
         ("main", 3),
     ],
 };

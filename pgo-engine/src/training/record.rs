@@ -37,13 +37,9 @@ impl Workload {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|w| {
-                    // A trainer manifest of before the split listed shapes as objects.
-                    let name = w.as_str().or_else(|| w.get("name").and_then(Value::as_str));
-                    match name {
-                        Some(n) if !n.is_empty() => Ok(n.to_owned()),
-                        _ => Err(anyhow!("a workload is not a name: {w}")),
-                    }
+                .map(|w| match w.as_str() {
+                    Some(n) if !n.is_empty() => Ok(n.to_owned()),
+                    _ => Err(anyhow!("a workload is not a name: {w}")),
                 })
                 .collect::<Result<_>>()?,
             Some(other) => bail!("\"workloads\" is not a list of names: {other}"),
@@ -96,9 +92,7 @@ pub struct Record {
 }
 
 impl Record {
-    /// Read a record. The workload's fields are read from its `workload` (the command's report),
-    /// or, where it has none, from the record itself (what `trainer train` wrote before the
-    /// engine ran the training).
+    /// Read a record; the workload's fields are its `workload`'s (the command's report).
     pub fn read(path: &Path) -> Result<Record> {
         let v = json_file::read(path, "training record")?;
         let count = |k: &str| {
@@ -107,9 +101,8 @@ impl Record {
                 .ok_or_else(|| anyhow!("the training record {} has no count {k:?}", path.display()))
         };
         let report = match v.get("workload") {
-            Some(w) if w.is_object() => w,
-            Some(Value::Null) => &Value::Object(Default::default()),
-            _ => &v,
+            Some(Value::Null) | None => &Value::Object(Default::default()),
+            Some(w) => w,
         };
         let workload = Workload::read(report).map_err(|e| {
             anyhow!(
@@ -148,8 +141,8 @@ mod tests {
         assert_eq!(w.workloads, ["a", "b"]);
         assert_eq!((w.holdout.as_deref(), w.checked), (Some("h"), Some(9)));
         assert_eq!(Workload::read(&json!({})).unwrap(), Workload::default());
-        // The gateway's manifests of before: shapes as names or objects, requests_checked.
-        let old = json!({ "shapes": [{ "name": "s" }], "holdout": "h", "requests_checked": 3 });
+        // The gateway's manifests of before: shapes, requests_checked.
+        let old = json!({ "shapes": ["s"], "holdout": "h", "requests_checked": 3 });
         let w = Workload::read(&old).unwrap();
         assert_eq!(
             (w.workloads.clone(), w.checked),
@@ -159,6 +152,7 @@ mod tests {
             json!([]),
             json!({ "workloads": "a" }),
             json!({ "workloads": [""] }),
+            json!({ "workloads": [{ "name": "s" }] }),
             json!({ "holdout": 3 }),
             json!({ "checked": -1 }),
             json!({ "workloads": ["h"], "holdout": "h" }),

@@ -18,7 +18,6 @@ use crate::drive::gateway::{printed_addr, start_gateway, Launch, READY_TIMEOUT};
 use crate::drive::shapes::{self, Loaded};
 use crate::drive::{load, tempdir};
 use crate::mock::MockServer;
-use pgo_engine::host::load::{Host, MachineLoad, Watch};
 
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
@@ -83,11 +82,6 @@ pub struct Report {
     pub requests_checked: u64,
     pub profile_files: u64,
     pub profile_bytes: u64,
-    /// How busy the rest of the machine was while the shapes ran (`machine_load.rs`); absent
-    /// where `/proc/stat` cannot be read.
-    pub machine: Option<MachineLoad>,
-    /// Which machine the shapes ran on (`machine_load::Host`).
-    pub host: Host,
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -120,7 +114,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let scratch = tempdir("trainer-train")?;
 
     let mut results = Vec::new();
-    let watch = Watch::start();
     let outcome = (|| -> Result<()> {
         for s in &selected {
             eprintln!(
@@ -148,13 +141,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
         let _ = std::fs::remove_dir_all(&profile_dir);
     }
     outcome?;
-    let machine = watch.finish();
-    if let Some(m) = &machine {
-        eprintln!(
-            "training: the machine's {} CPU(s) over {:.1} s: {:.1}% used by the training, {:.1}% by other work",
-            m.cpus, m.seconds, m.own_cpu_pct, m.other_cpu_pct
-        );
-    }
 
     let checked = results.iter().map(|r| r.requests_checked).sum();
     let manifest = Report {
@@ -167,8 +153,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
         profile_files: results.iter().map(|r| r.profile_files).sum(),
         profile_bytes: results.iter().map(|r| r.profile_bytes).sum(),
         shapes: results,
-        machine,
-        host: Host::read(),
     };
     let text = serde_json::to_string_pretty(&manifest)? + "\n";
     let report = args
