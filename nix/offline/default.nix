@@ -25,6 +25,9 @@ args@{
   # them). The top level also has the aarch64 chain as `aarch64` and its artifact as
   # `gateway-pgo-bolt-aarch64`.
   target ? "x86_64-unknown-linux-gnu",
+  # Absolute path of nix/offline/vendor-crate's output for the examples (examples/NAME/ ->
+  # EXAMPLES/NAME/{crate,vendor}); nix/offline/build passes it for the `examples.*` outputs.
+  examplesVendorDir ? null,
 }:
 let
   root = ../..;
@@ -127,6 +130,33 @@ let
     defaultTarget = target;
   };
 
+  # The examples (examples/NAME/default.nix), each a published crate's chain with the crate as
+  # nix/offline/vendor-crate fetched it, checked here against the checksum its Cargo.lock pins.
+  fetched =
+    name:
+    let
+      dir =
+        if examplesVendorDir == null then
+          throw "examples.${name}: no examplesVendorDir (nix/offline/build passes it for examples.* outputs)"
+        else
+          "${examplesVendorDir}/${name}";
+      package =
+        (builtins.fromTOML (builtins.readFile (root + "/examples/${name}/Cargo.toml"))).package.metadata.chain.crate;
+    in
+    {
+      src = import ./registry-crate.nix {
+        inherit toolchain package;
+        name = "${package}-source";
+        crate = builtins.path { name = "${package}-crate"; path = "${dir}/crate"; };
+        lock = root + "/examples/${name}/Cargo.lock";
+      };
+      cargoToml = /. + "${dir}/crate/Cargo.toml";
+      vendor = builtins.path { name = "${package}-vendor"; path = "${dir}/vendor"; };
+    };
+  examples = {
+    ripgrep = import ../../examples/ripgrep ({ inherit lib; } // fetched "ripgrep");
+  };
+
   # The template's crate (templates/default), built by this provider: the twin of what
   # `nix flake init -t` gives.
   templates.default = import ../../templates/default/chain.nix {
@@ -142,7 +172,7 @@ let
     profilesLocation = "templates/default/profiles";
   };
 
-  extras = { inherit lib templates; };
+  extras = { inherit lib examples templates; };
 in
 if target == "x86_64-unknown-linux-gnu" then
   chain // extras // {
