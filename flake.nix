@@ -76,8 +76,9 @@
             toolchain: refreshCommand:
             import ./nix/pipeline.nix {
               inherit toolchain shapes refreshCommand;
-              pinned = import ./nix/pinned-profiles.nix {
+              pinned = import ./nix/lib/pinned-profiles.nix {
                 profiles = ./profiles;
+                binary = "gateway";
                 inherit (toolchain) target rustRelease;
               };
             };
@@ -135,6 +136,7 @@
               gateway-pgo
               gateway-pgo-bolt
               trainer
+              pgo-engine
               ;
             inherit gateway-oci;
             default = gateway-pgo-bolt;
@@ -172,19 +174,19 @@
               inherit (checkArgs) pname version src;
             };
 
-            # Fails unless the released artifact carries a marker that `trainer verify-proof` accepts.
+            # Fails unless the released artifact carries a marker that `pgo-engine verify-proof` accepts.
             proof = toolchain.runStage {
               name = "gateway-proof";
               script = ''
                 marker=${gateway-pgo-bolt}/share/gateway/proof.json
                 [ -s "$marker" ] || fail "no proof marker at $marker"
-                ${trainer}/bin/trainer verify-proof "$marker" || fail "trainer verify-proof rejected $marker"
+                ${pipeline.pgo-engine}/bin/pgo-engine verify-proof "$marker" || fail "pgo-engine verify-proof rejected $marker"
                 mkdir -p "$out"
                 cp "$marker" "$out/proof.json"
               '';
             };
 
-            # The trainer's holdout gate (nix/stages/holdout.nix), for builders that opt into the
+            # The trainer's holdout gate (nix/gateway/holdout.nix), for builders that opt into the
             # `gateway-benchmark` system feature only.
             holdout = pipeline.holdout;
 
@@ -210,34 +212,30 @@
 
           # `nix run .#refresh-profiles` at the root of a checkout: rewrites
           # profiles/<target>/rust-<release>/ from fresh training runs (what
-          # nix/offline/refresh-profiles does offline; both write the same directory). A flake
-          # sees only the files git tracks, so each new profile is `git add`ed before the next
-          # step's evaluation, whose PGO build must use it. Runs the user's `nix` and `git`.
-          refreshProfiles = pkgs.writeShellScript "refresh-profiles" ''
-            set -euo pipefail
-            if [ ! -f flake.nix ] || [ ! -d .git ]; then
-              echo "refresh-profiles: run it at the root of the gateway's git checkout" >&2
-              exit 1
-            fi
-            pipeline=".#legacyPackages.${system}.pipeline"
-            ${if crossPipeline != null then ''
-              # --aarch64: the aarch64 chain of this builder (trained under qemu-user).
-              if [ "''${1:-}" = --aarch64 ]; then
-                pipeline=".#legacyPackages.${system}.pipeline-aarch64"
-                shift
-              fi
-            '' else ""}            trainer=${trainer}/bin/trainer
-            echo "refresh-profiles: training the LLVM profile (gateway-profile-fresh)" >&2
-            fresh=$(nix build --no-link --print-out-paths "$pipeline.gateway-profile-fresh" "$@")
-            "$trainer" profile pin --fresh "$fresh" --profiles profiles
-            git add -- profiles
-            echo "refresh-profiles: training the BOLT profile (gateway-bolt-profile-fresh)" >&2
-            fresh=$(nix build --no-link --print-out-paths "$pipeline.gateway-bolt-profile-fresh" "$@")
-            "$trainer" profile pin --fresh "$fresh" --profiles profiles
-            git add -- profiles
-            git --no-pager diff --cached --stat -- profiles
-            echo "refresh-profiles: done (staged); nix build, then commit profiles/" >&2
-          '';
+          # nix/offline/refresh-profiles does offline; both write the same directory), `-- --aarch64`
+          # for the aarch64 chain of this builder. Runs the user's `nix` and `git`.
+          refreshProfiles = lib.refreshApp {
+            chain = pipeline.chain;
+            attr = "legacyPackages.${system}.pipeline.chain";
+            flags = if crossPipeline != null then { "--aarch64" = "legacyPackages.${system}.pipeline-aarch64.chain"; } else { };
+          };
+
+          # The library on this system's provider (docs/library.md): `lib.<system>.buildChain` builds
+          # any crate's chain, for this system's target or (x86_64) aarch64's, with the engine this
+          # flake builds for it.
+          lib = import ./nix/lib {
+            toolchainFor =
+              target:
+              if target == toolchain.target then
+                toolchain
+              else if crossPipeline != null && target == crossPipeline.toolchain.target then
+                crossPipeline.toolchain
+              else
+                throw "lib.${system}.buildChain: no provider for ${target} on ${system}";
+            engineFor = target: if target == toolchain.target then pipeline.pgo-engine else crossPipeline.pgo-engine;
+            defaultTarget = toolchain.target;
+            inherit (pkgs) writeShellScript;
+          };
 
           # llvm-profdata lives in lib/rustlib/<triple>/bin of the llvm-tools component; put it on
           # PATH for the shell under its own name.
@@ -251,6 +249,7 @@
               llvmProfdataBin
               toolchain.extras.bolt
               trainer
+              pipeline.pgo-engine
               pkgs.cargo-nextest
             ];
             LLVM_PROFDATA = toolchain.tools.llvmProfdata;
@@ -288,6 +287,7 @@
             packages
             checks
             devShell
+            lib
             ;
           apps = apps';
         };
@@ -300,6 +300,15 @@
       checks = per "checks";
       apps = per "apps";
       devShells = builtins.mapAttrs (_: s: { default = s.devShell; }) all;
+
+      # The library (docs/library.md), per system: `lib.x86_64-linux.buildChain { ... }`.
+      lib = per "lib";
+
+      # `nix flake init -t <this flake>`: a tiny crate with its training command and its chain.
+      templates.default = {
+        path = ./templates/default;
+        description = "A Rust binary built by the PGO+BOLT chain: its training command, holdout and pinned profiles";
+      };
       formatter = builtins.mapAttrs (_: s: s.pkgs.nixfmt-tree) all;
 
       # Every stage (gateway-training, gateway-bolt-training, ...) and the provider, per system:

@@ -1,4 +1,8 @@
-# The stage chain, written once as a function of a toolchain provider (nix/README.md):
+# The gateway's chain: the library's builder (nix/lib/build-chain.nix) applied to the gateway, with
+# the gateway's own stages beside it (nix/gateway/): its training driver (`trainer train` on the
+# shapes against its mock upstream), the coverage gate every profile and the artifact wait for,
+# the holdout gates on its shapes, the measurement variants and the bench's control build. The
+# stages keep their gateway-* names:
 #
 #   gateway-instrumented -> gateway-training (check) ------------------------------.
 #   profiles/<target>/rust-<release>/llvm -> gateway-profile -> gateway-pgo         |
@@ -8,20 +12,19 @@
 #
 # The optimized stages consume the pinned profiles committed under profiles/, keyed by what
 # determines them (Rust release, target, codegen settings; not the provider); the training checks
-# train afresh and fail when the pinned profiles are stale. Every stage is its own derivation and
-# rebuilds bit-identically; a failing stage fails everything after it, and nothing falls back to a
-# plain build. Where no profile is pinned for the build's key (another Rust release, a target
-# without profiles yet), the chain trains in the sandbox instead (gateway-profile-fresh,
-# gateway-bolt-profile-fresh, which the refresh command also uses) and builds from that: the proof
-# marker says "trained in build" with the reason, and the release check refuses it.
+# train afresh and fail when the pinned profiles are stale. Where no profile is pinned for the
+# build's key (another Rust release, a target without profiles yet), the chain trains in the
+# sandbox instead (gateway-profile-fresh, gateway-bolt-profile-fresh, which the refresh command
+# also uses) and builds from that: the proof marker says "trained in build" with the reason, and
+# the release check refuses it.
 {
   toolchain,
   # The shapes directory (shape files and payloads); the holdout shape is never trained.
   shapes,
   # The pinned profiles { llvm, bolt, where }: store paths of their directories, or null where
   # there is none (then that profile is trained in the build), and where they would be under
-  # profiles/ (nix/pinned-profiles.nix finds them in the repository's profiles/). `why`, if set,
-  # replaces "no pinned profile at <where>" as the reason a profile was trained in the build.
+  # profiles/ (nix/lib/pinned-profiles.nix finds them in the repository's profiles/). `why`, if
+  # set, replaces "no pinned profile at <where>" as the reason a profile was trained in the build.
   pinned,
   # The command that rewrites profiles/ from fresh training runs; every stale-profile failure
   # names it.
@@ -37,7 +40,7 @@
   instrumentedFatLto ? false,
 }:
 let
-  stages = import ./stages { inherit toolchain; };
+  gatewayStages = import ./gateway { inherit toolchain; };
 
   # A cross chain: the target's binaries run on this builder only through the toolchain's
   # emulator (nix/stages/emulated.nix), the trainer is built for the builder, and the gates that
@@ -46,21 +49,6 @@ let
   notOnTheBuilder =
     attr:
     throw "${attr} measures the ${toolchain.target} binaries natively, which this builder cannot run (docs/aarch64.md: instructions under emulation)";
-  runnable =
-    name: gateway:
-    if cross then stages.emulated { name = "${name}-emulated"; inherit gateway; } else gateway;
-
-  # Linker flag of the stages BOLT rewrites: `--emit-relocs` keeps the relocations it needs.
-  emitRelocs = "-Clink-args=-Wl,--emit-relocs";
-
-  # Least overlap of a fresh training with the pinned profile over the functions that count the
-  # requests' work (the runtime's polls, parks and wakes left out: `trainer profile compare`), in
-  # percent (nix/README.md, "Thresholds"): quiet trainings of one binary on two machines (AMD EPYC,
-  # Intel Xeon) overlapped by 99.36% (LLVM) and 99.85% (BOLT), on one machine by 99.95% and
-  # 99.93%; the fail-closed stale profiles by 76.2% and 52.8%. Each threshold allows about four
-  # times the larger (LLVM) shortfall between machines.
-  llvmMinOverlap = 97.0;
-  boltMinOverlap = 97.0;
 
   # Least reduction of instructions per request, released vs plain, in percent: 3 x the sum of
   # the two binaries' largest measured run-to-run spread (0.82% each, nix/README.md).
@@ -69,165 +57,118 @@ let
   # The shape the bench and the instruction gate measure first (shapes/README.md).
   boardShape = "chat-minimal";
 
-  # The codegen part of the profile key (trainer/src/pinned.rs, `build_key`): the settings that change
-  # the code a profile describes. The cargo profile's settings (fat LTO, one codegen unit) are read
-  # from the workspace manifest; the features; the instrumented build's LTO (its flags are the
-  # chain's own); and code-changing RUSTFLAGS beyond the chain's -Cprofile-* flags (none). Link-only
-  # flags (--emit-relocs, the linker) and path remapping are left out: they do not change the
-  # functions' names or control flow.
-  codegenKey = builtins.toFile "codegen-key.json" (builtins.toJSON {
-    cargo_profile = "release";
-    profile_settings = (builtins.fromTOML (builtins.readFile ../Cargo.toml)).profile.release;
-    inherit features;
-    instrumented_lto = if instrumentedFatLto then "fat" else "off";
-    rustflags = "";
-  });
+  # Built for the builder, which runs them: the engine every stage of the chain runs, and the
+  # gateway's driver (its training command, the coverage gate, the holdout gates).
+  forBuilder = if cross then { forHost = true; } else { };
+  pgo-engine = toolchain.buildPackage ({ pname = "pgo-engine"; package = "pgo-engine"; rustflags = ""; } // forBuilder);
+  trainer = toolchain.buildPackage ({ pname = "trainer"; package = "trainer"; rustflags = ""; } // forBuilder);
 
-  # Where each profile comes from: pinned where the repository has one for this key, trained in
-  # this build otherwise (with the reason the proof marker records).
-  trainedInBuild =
-    kind:
-    if pinned.${kind} != null then
-      null
-    else
-      pinned.why or "no pinned ${kind} profile at ${pinned.where or "profiles/"}/${kind}";
-
+  chain = import ./lib/build-chain.nix {
+    inherit toolchain pinned refreshCommand features instrumentedFatLto;
+    engine = pgo-engine;
+    package = "gateway";
+    # The workspace's manifest: its [profile.release] is the gateway's.
+    cargoToml = ../Cargo.toml;
+    # What of the workspace the gateway is built from: the source digests of the manifests and
+    # the marker cover these (comparable with the pinned manifests').
+    sourceInclude = [
+      "Cargo.toml"
+      "Cargo.lock"
+      "gateway/Cargo.toml"
+      "gateway/src"
+      "third_party/hyper/Cargo.toml"
+      "third_party/hyper/src"
+    ];
+    trainingCommand = gatewayStages.training { inherit trainer shapes; };
+    trainingInputs = shapes;
+    pinKeep = [
+      "function-coverage.json"
+      "function-coverage.txt"
+    ];
+    # Least overlap of a fresh training with the pinned profile over the functions that count the
+    # requests' work (the runtime's polls, parks and wakes left out: `trainer profile compare`),
+    # in percent (nix/README.md, "Thresholds"): quiet trainings of one binary on two machines
+    # (AMD EPYC, Intel Xeon) overlapped by 99.36% (LLVM) and 99.85% (BOLT), on one machine by
+    # 99.95% and 99.93%; the fail-closed stale profiles by 76.2% and 52.8%. Each threshold allows
+    # about four times the larger (LLVM) shortfall between machines.
+    thresholds = {
+      llvmMinOverlap = 97.0;
+      boltMinOverlap = 97.0;
+      inherit minInstructionReduction;
+    };
+    # Through the emulator, the gateway lists its request paths.
+    smoke = {
+      args = "paths";
+      check = ''
+        grep -q '"combinations"' smoke.out \
+          || fail "the ${toolchain.target} gateway printed no request paths through its emulator: $(head -c 300 smoke.out)"'';
+    };
+    # The coverage gate: every request path and posture the gateway lists has a training shape,
+    # and every shape names one it serves. The artifact and the fresh profiles depend on it.
+    trainingGate = self: {
+      stage =
+        if coverage != null then
+          coverage
+        else
+          gatewayStages.coverage {
+            gateway = self.runnable "gateway-instrumented" self.instrumented;
+            inherit trainer shapes;
+          };
+      report = "request-paths.json";
+      what = "the coverage gate";
+    };
+    # The LLVM profile's function coverage (the share of the gateway crate's functions reached,
+    # and the request-path functions no shape reaches), pinned beside it.
+    freshReports =
+      kind:
+      if kind == "llvm" then
+        ''
+          ${trainer}/bin/trainer profile-coverage \
+            --proftext "$out/gateway.proftext" \
+            --json "$out/function-coverage.json" \
+            > "$out/function-coverage.txt" \
+            || fail "trainer profile-coverage cannot read the fresh profile"
+          cat "$out/function-coverage.txt"
+        ''
+      else
+        "";
+  };
 in
 rec {
-  inherit (toolchain) versions;
+  inherit (chain) versions codegenKey thresholds toolchain pinned refreshCommand;
+  inherit pgo-engine trainer shapes chain;
+  # The stage functions: the chain's and the gateway's own, for compositions such as
+  # nix/tests/fail-closed.nix.
+  stages = chain.stages // gatewayStages;
 
   # The plain fat-LTO build: the baseline every PGO/BOLT figure is measured against.
-  gateway = toolchain.buildPackage {
-    pname = "gateway";
-    package = "gateway";
-    rustflags = "";
-    inherit features;
-  };
+  gateway = chain.plain;
 
   # The in-batch control leg of the bench: plain, but linked like the optimized stages.
   gateway-emit-relocs = toolchain.buildPackage {
     pname = "gateway-emit-relocs";
     package = "gateway";
-    rustflags = emitRelocs;
+    rustflags = "-Clink-args=-Wl,--emit-relocs";
     inherit features;
   };
 
-  trainer = toolchain.buildPackage ({ pname = "trainer"; package = "trainer"; rustflags = ""; }
-    // (if cross then { forHost = true; } else { }));
-
-  # The coverage gate: every request path and posture the gateway lists has a training
-  # shape, and every shape names one it serves. The artifact and the fresh profiles depend on it.
-  gateway-coverage =
-    if coverage != null then
-      coverage
-    else
-      stages.coverage {
-        gateway = runnable "gateway-instrumented" gateway-instrumented;
-        inherit trainer shapes;
-      };
-
-  # The freshness check of a pinned profile of `kind` (`profile`: the stage that verified it);
-  # none for a profile trained in this build, which is fresh by construction.
-  trainingCheck =
-    { name, kind, gateway, profile, minOverlap, after ? [ ] }:
-    if pinned.${kind} == null then
-      null
-    else
-      stages.training-check {
-        inherit name kind gateway minOverlap trainer shapes refreshCommand after;
-        pinned = profile;
-      };
-
-  gateway-instrumented = stages.instrumented {
-    inherit features;
-    fatLto = instrumentedFatLto;
-  };
-
-  gateway-profile = stages.llvm-profile {
-    profile = if pinned.llvm != null then pinned.llvm else gateway-profile-fresh;
-    inherit versions codegenKey trainer refreshCommand;
-  };
-
-  gateway-training = trainingCheck {
-    name = "gateway-training";
-    kind = "llvm";
-    gateway = runnable "gateway-instrumented" gateway-instrumented;
-    profile = gateway-profile;
-    minOverlap = llvmMinOverlap;
-  };
-
-  gateway-pgo = stages.pgo {
-    profile = gateway-profile;
-    inherit emitRelocs refreshCommand features trainer;
-  };
-
-  gateway-bolt-instrumented = stages.bolt-instrument {
-    pgo = gateway-pgo;
-    inherit versions;
-  };
-
-  gateway-bolt-profile = stages.bolt-profile {
-    profile = if pinned.bolt != null then pinned.bolt else gateway-bolt-profile-fresh;
-    pgo = gateway-pgo;
-    inherit versions codegenKey trainer refreshCommand;
-  };
-
-  gateway-bolt-training = trainingCheck {
-    name = "gateway-bolt-training";
-    kind = "bolt";
-    gateway = runnable "gateway-bolt-instrumented" gateway-bolt-instrumented;
-    profile = gateway-bolt-profile;
-    minOverlap = boltMinOverlap;
-    # Not beside the LLVM training: a training's counts move with the load beside it.
-    after = builtins.filter (c: c != null) [ gateway-training ];
-  };
-
-  gateway-pgo-bolt = stages.bolt-optimize {
-    pgo = gateway-pgo;
-    profile = gateway-profile;
-    boltProfile = gateway-bolt-profile;
-    llvmCheck = gateway-training;
-    boltCheck = gateway-bolt-training;
-    llvmTrainedInBuild = trainedInBuild "llvm";
-    boltTrainedInBuild = trainedInBuild "bolt";
-    coverage = gateway-coverage;
-    inherit trainer versions refreshCommand;
-  };
-
-  # The release rule: the artifact's profiles are pinned (a function of committed inputs,
-  # bit-identical on rebuild), not trained in the build. Fails naming the refresh command
-  # otherwise; the flake's hydraJobs.release and the release workflow require it.
-  release-check = toolchain.runStage {
-    name = "gateway-release-check";
-    script = ''
-      ${trainer}/bin/trainer verify-proof --require-pinned ${gateway-pgo-bolt} \
-        || fail "the artifact is not releasable (see above)"
-      mkdir -p "$out"
-      ln -s ${gateway-pgo-bolt} "$out/gateway-pgo-bolt"
-    '';
-  };
-
-  # Fresh training runs for the refresh command; not part of the artifact.
-  gateway-profile-fresh = stages.fresh-profile {
-    name = "gateway-profile-fresh";
-    kind = "llvm";
-    gateway = runnable "gateway-instrumented" gateway-instrumented;
-    coverage = gateway-coverage;
-    inherit trainer shapes versions codegenKey;
-  };
-
-  gateway-bolt-profile-fresh = stages.fresh-profile {
-    name = "gateway-bolt-profile-fresh";
-    kind = "bolt";
-    gateway = runnable "gateway-bolt-instrumented" gateway-bolt-instrumented;
-    pgo = gateway-pgo;
-    coverage = gateway-coverage;
-    inherit trainer shapes versions codegenKey;
-  };
+  gateway-coverage = chain.gate.stage;
+  gateway-instrumented = chain.instrumented;
+  gateway-profile = chain.profile;
+  gateway-training = chain.training;
+  gateway-pgo = chain.pgo;
+  gateway-bolt-instrumented = chain.bolt-instrumented;
+  gateway-bolt-profile = chain.bolt-profile;
+  gateway-bolt-training = chain.bolt-training;
+  gateway-pgo-bolt = chain.pgo-bolt;
+  # The release rule (the flake's hydraJobs.release and the release workflow require it).
+  release-check = chain.release-check;
+  gateway-profile-fresh = chain.profile-fresh;
+  gateway-bolt-profile-fresh = chain.bolt-profile-fresh;
 
   # Not part of the artifact: the gates that the optimized build is faster on held-out work.
   # Instructions per request under cachegrind: deterministic, for every machine.
-  holdout-instructions = if cross then notOnTheBuilder "holdout-instructions" else stages.instructions-gate {
+  holdout-instructions = if cross then notOnTheBuilder "holdout-instructions" else gatewayStages.instructions-gate {
     plain = gateway;
     optimized = gateway-pgo-bolt;
     minReduction = minInstructionReduction;
@@ -235,7 +176,7 @@ rec {
   };
 
   # Wall-clock bench: for benchmark builders only.
-  holdout = if cross then notOnTheBuilder "holdout" else stages.holdout {
+  holdout = if cross then notOnTheBuilder "holdout" else gatewayStages.holdout {
     plain = gateway;
     optimized = gateway-pgo-bolt;
     inherit trainer shapes;
@@ -286,8 +227,4 @@ rec {
       cp $holdout "$out/"
     '';
   };
-
-  # The stage functions and their inputs, for compositions such as nix/tests/fail-closed.nix.
-  inherit stages toolchain shapes pinned refreshCommand codegenKey;
-  thresholds = { inherit llvmMinOverlap boltMinOverlap minInstructionReduction; };
 }

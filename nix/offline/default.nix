@@ -25,17 +25,20 @@ args@{
   # them). The top level also has the aarch64 chain as `aarch64` and its artifact as
   # `gateway-pgo-bolt-aarch64`.
   target ? "x86_64-unknown-linux-gnu",
+  # Absolute path of nix/offline/vendor-crate's output for the examples (examples/NAME/ ->
+  # EXAMPLES/NAME/{crate,vendor}); nix/offline/build passes it for the `examples.*` outputs.
+  examplesVendorDir ? null,
 }:
 let
   root = ../..;
 
   # Only what `cargo build` of the binaries needs (the workspace crates and the patched
   # dependencies they build), so that editing docs, shapes, Nix code or the
-  # crates' tests, examples, fuzz targets and READMEs rebuilds no binary. `without` names a member
-  # whose code is left out but for its manifest (cargo loads every member's; offline.nix gives a
-  # member without code a stub target).
+  # crates' tests, examples, fuzz targets and READMEs rebuilds no binary. `without` names the
+  # members whose code is left out but for their manifests (cargo loads every member's; offline.nix
+  # gives a member without code a stub target).
   workspaceSource =
-    { name, without ? null }:
+    { name, without ? [ ] }:
     builtins.path {
       inherit name;
       path = root;
@@ -47,21 +50,33 @@ let
           second = if builtins.length parts > 1 then builtins.elemAt parts 1 else "";
           base = baseNameOf path;
         in
-        (rel == "Cargo.toml" || rel == "Cargo.lock" || top == "gateway" || top == "trainer"
+        (rel == "Cargo.toml" || rel == "Cargo.lock" || builtins.elem top [ "gateway" "trainer" "pgo-engine" ]
           # Patched dependencies (third_party/README.md).
           || top == "third_party")
         && !(builtins.elem second [ "tests" "examples" "fuzz" "target" "README.md" ])
-        && !(top == without && rel != without && second != "Cargo.toml")
+        && !(builtins.elem top without && rel != top && second != "Cargo.toml")
         && builtins.match ".*\\.py[co]?" base == null;
     };
   cargoSource = workspaceSource { name = "gateway-workspace-source"; };
-  # The gateway's builds do not compile the trainer: editing it rebuilds neither the plain nor the
-  # instrumented build. The stages that run the trainer are rebuilt (its build, the training runs,
-  # the profile stages that verify with it), and so is the PGO build, which reads the LLVM profile
-  # stage's output.
+  # Each build compiles only its package's code: the gateway's builds leave out the trainer's and
+  # the engine's (editing them rebuilds neither the plain nor the instrumented build; the stages
+  # that run them are rebuilt, and so is the PGO build, which reads the LLVM profile stage's
+  # output), the trainer's the gateway's, the engine's both.
   gatewaySource = workspaceSource {
     name = "gateway-build-source";
-    without = "trainer";
+    without = [ "trainer" "pgo-engine" ];
+  };
+  engineSource = workspaceSource {
+    name = "pgo-engine-build-source";
+    without = [ "gateway" "trainer" ];
+  };
+  sourceOf = {
+    gateway = gatewaySource;
+    trainer = workspaceSource {
+      name = "trainer-build-source";
+      without = [ "gateway" ];
+    };
+    pgo-engine = engineSource;
   };
 
   # What a cross target needs besides the toolchain (nix/offline/aarch64-setup installs each): its
@@ -83,7 +98,7 @@ let
   toolchain = import ../toolchains/offline.nix ({
     inherit rustToolchain rustRelease target;
     src = if src == null then cargoSource else src;
-    packageSrc = package: if src != null then src else if package == "gateway" then gatewaySource else cargoSource;
+    packageSrc = package: if src != null then src else sourceOf.${package} or cargoSource;
     vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
   } // (crossTools.${target} or { }) // toolOverrides);
 
@@ -93,8 +108,9 @@ let
     if pinned != null then
       pinned
     else
-      import ../pinned-profiles.nix {
+      import ../lib/pinned-profiles.nix {
         profiles = root + "/profiles";
+        binary = "gateway";
         inherit (toolchain) target rustRelease;
       };
   shapes = if shapes != null then shapes else builtins.path { name = "shapes"; path = root + "/shapes"; };
@@ -104,11 +120,64 @@ let
 
   # The aarch64 chain beside the builder's own (same arguments, another target).
   aarch64 = import ./default.nix (args // { target = "aarch64-unknown-linux-gnu"; });
+
+  # The library on this provider (docs/library.md): `lib.buildChain { ... }` builds any crate's
+  # chain, for this target or another (`target`), with the engine this repository builds for it.
+  chainFor = t: if t == target then chain else import ./default.nix (args // { target = t; });
+  lib = import ../lib {
+    toolchainFor = t: (chainFor t).toolchain;
+    engineFor = t: (chainFor t).pgo-engine;
+    defaultTarget = target;
+  };
+
+  # The examples (examples/NAME/default.nix), each a published crate's chain with the crate as
+  # nix/offline/vendor-crate fetched it, checked here against the checksum its Cargo.lock pins.
+  fetched =
+    name:
+    let
+      dir =
+        if examplesVendorDir == null then
+          throw "examples.${name}: no examplesVendorDir (nix/offline/build passes it for examples.* outputs)"
+        else
+          "${examplesVendorDir}/${name}";
+      package =
+        (builtins.fromTOML (builtins.readFile (root + "/examples/${name}/Cargo.toml"))).package.metadata.chain.crate;
+    in
+    {
+      src = import ./registry-crate.nix {
+        inherit toolchain package;
+        name = "${package}-source";
+        crate = builtins.path { name = "${package}-crate"; path = "${dir}/crate"; };
+        lock = root + "/examples/${name}/Cargo.lock";
+      };
+      cargoToml = /. + "${dir}/crate/Cargo.toml";
+      vendor = builtins.path { name = "${package}-vendor"; path = "${dir}/vendor"; };
+    };
+  examples = {
+    ripgrep = import ../../examples/ripgrep ({ inherit lib; } // fetched "ripgrep");
+  };
+
+  # The template's crate (templates/default), built by this provider: the twin of what
+  # `nix flake init -t` gives.
+  templates.default = import ../../templates/default/chain.nix {
+    inherit lib;
+    src = builtins.path {
+      name = "wordfreq-source";
+      path = root + "/templates/default";
+      filter = path: type:
+        let rel = builtins.substring (builtins.stringLength (toString root) + 19) (-1) (toString path);
+        in builtins.elem rel [ "Cargo.toml" "Cargo.lock" "src" ] || builtins.match "src/.*" rel != null;
+    };
+    refreshCommand = "nix/offline/refresh-profiles --chain templates.default";
+    profilesLocation = "templates/default/profiles";
+  };
+
+  extras = { inherit lib examples templates; };
 in
 if target == "x86_64-unknown-linux-gnu" then
-  chain // {
+  chain // extras // {
     inherit aarch64;
     gateway-pgo-bolt-aarch64 = aarch64.gateway-pgo-bolt;
   }
 else
-  chain
+  chain // extras

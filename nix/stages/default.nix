@@ -1,10 +1,10 @@
-# One file per stage; each is a function of the toolchain and of its inputs.
+# One file per stage of the chain (nix/lib/build-chain.nix); each is a function of the toolchain and
+# of its inputs. The gateway's own stages are in nix/gateway/.
 { toolchain }:
 let
   stage = file: args: import file ({ inherit toolchain; } // args);
 in
 {
-  coverage = stage ./coverage.nix;
   emulated = stage ./emulated.nix;
   instrumented = stage ./instrumented.nix;
   training-check = stage ./training-check.nix;
@@ -14,6 +14,5 @@ in
   bolt-instrument = stage ./bolt-instrument.nix;
   bolt-profile = stage ./bolt-profile.nix;
   bolt-optimize = stage ./bolt-optimize.nix;
-  holdout = stage ./holdout.nix;
-  instructions-gate = stage ./instructions-gate.nix;
+  holdout-instructions = stage ./holdout-instructions.nix;
 }

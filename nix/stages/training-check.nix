@@ -1,5 +1,5 @@
 # Stages 2 and 6, the training checks: train afresh in the sandbox (training-run.nix, failing
-# closed as training always has), then compare the fresh profile with the pinned one the build
+# closed), then compare the fresh profile with the pinned one the build
 # consumes. The pinned profile is stale when a fresh training overlaps its work (the functions
 # that count the requests' work, not the runtime's scheduling) by less than training noise and
 # the difference between machines explain, or (LLVM) when any function's control-flow hash changed; the failure names the
@@ -12,15 +12,22 @@
   name,
   # "llvm" or "bolt".
   kind,
-  # Derivation with bin/gateway, instrumented for `kind`.
-  gateway,
-  trainer,
-  shapes,
+  # The binary's name (bin/BINARY).
+  binary,
+  # Derivation with bin/BINARY, instrumented for `kind` (runnable here).
+  instrumented,
+  # The training command (training-run.nix).
+  command,
+  # The engine (bin/pgo-engine).
+  engine,
   # Output of the pinned-profile stage of `kind` (its profile file and manifest.json, verified).
   pinned,
-  # Least overlap, in percent, of a fresh training with the pinned profile's work (nix/README.md
-  # says how it was derived from trainings measured on one machine and on two).
+  # Least overlap, in percent, of a fresh training with the pinned profile (nix/README.md says how
+  # the gateway's was derived from trainings measured on one machine and on two), over `overlap`:
+  # "work" (the functions that count the requests' work, not an async runtime's scheduling) or
+  # "all" (every function: a crate without an async runtime).
   minOverlap,
+  overlap ? "work",
   # The command that refreshes the pinned profiles, named when they are stale.
   refreshCommand,
   # Stages this one runs after, though it reads nothing of them: the LLVM check is built before
@@ -34,16 +41,17 @@ toolchain.runStage {
     mkdir -p "$out"
     attempt=1
     while :; do
-      ${import ./training-run.nix { inherit toolchain kind gateway trainer shapes; }}
+      ${import ./training-run.nix { inherit toolchain kind binary instrumented command engine; }}
       rc=0
-      ${trainer}/bin/trainer profile check \
+      ${engine}/bin/pgo-engine check \
         --kind ${kind} \
         --pinned ${pinned} \
         --fresh "$fresh/$fresh_file" \
         --min-overlap ${toString minOverlap} \
+        --overlap ${overlap} \
         --refresh-command ${builtins.toJSON refreshCommand} \
         --verdict "$out/verdict.json" \
-        --training "$training/manifest.json" \
+        --training "$training/record.json" \
         || rc=$?
       [ "$rc" -eq 0 ] && break
       # Stale, but the training ran beside other work (exit status 3): its counts may have moved
@@ -52,9 +60,9 @@ toolchain.runStage {
       # fails.
       if [ "$rc" -eq 3 ] && [ "$attempt" -lt 3 ]; then
         attempt=$((attempt + 1))
-        ${trainer}/bin/trainer wait-quiet --timeout-s 600
+        ${engine}/bin/pgo-engine wait-quiet --timeout-s 600
         echo "stage $stage: training again, attempt $attempt of 3"
-        rm -rf "$training" "$fresh" "$TMPDIR/profiles"
+        rm -rf "$training" "$fresh" "$profiles"
         continue
       fi
       fail "the freshness check of the pinned ${kind} profile failed (see above)"

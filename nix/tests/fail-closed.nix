@@ -106,12 +106,21 @@ let
     '';
   };
 
-  llvmCheckOf = gateway: stages.training-check {
-    name = "gateway-training";
-    kind = "llvm";
+  # The LLVM training check of chain `c` (nix/pipeline.nix) on `instrumented`, against `pinned`.
+  llvmCheckIn =
+    c: { name ? "gateway-training", instrumented, pinned }:
+    c.stages.training-check {
+      inherit name instrumented pinned;
+      kind = "llvm";
+      binary = "gateway";
+      command = c.stages.training { inherit (c) trainer shapes; };
+      engine = c.pgo-engine;
+      minOverlap = c.thresholds.llvmMinOverlap;
+      inherit (c) refreshCommand;
+    };
+  llvmCheckOf = instrumented: llvmCheckIn chain {
+    inherit instrumented;
     pinned = chain.gateway-profile;
-    minOverlap = chain.thresholds.llvmMinOverlap;
-    inherit gateway trainer shapes refreshCommand;
   };
 
   # The sources with one hot function edited (one more branch, behaviour unchanged): its
@@ -180,8 +189,50 @@ let
         || fail "cannot link the aarch64 program"
     '';
   };
+  # The template's crate (templates/default) through the library (nix/lib/build-chain.nix) with
+  # another training command: a crate's chain, cheap to build.
+  template = chain.templates.default;
+  templateWith =
+    args':
+    chain.lib.buildChain ({
+      inherit (template.crate) package src;
+      cargoToml = ../../templates/default/Cargo.toml;
+      refreshCommand = "nix/offline/refresh-profiles --chain templates.default";
+    } // args');
 in
 {
+  # A crate's training command that fails: the fresh profile stage fails, naming the command's
+  # exit status (the training contract, docs/library.md).
+  library-training-command-fails = (templateWith { trainingCommand = "exit 3"; }).profile-fresh;
+
+  # A crate's training command that never runs the binary leaves no profile: the stage fails.
+  library-training-leaves-no-profile = (templateWith { trainingCommand = "true"; }).profile-fresh;
+
+  # A published crate's source changed after cargo vendored it (here: the template's crate with a
+  # checksum file that records another main.rs): the source stage refuses it.
+  library-crate-not-as-vendored = import ../offline/registry-crate.nix {
+    inherit toolchain;
+    name = "wordfreq-source";
+    package = "wordfreq";
+    crate = toolchain.runStage {
+      name = "wordfreq-vendored";
+      script = ''
+        cp -r ${template.crate.src} "$out"
+        chmod -R u+w "$out"
+        printf '{"files":{"Cargo.toml":"%s","Cargo.lock":"%s","src/main.rs":"%s"},"package":"%s"}' \
+          "$(sha256sum < "$out/Cargo.toml" | cut -d' ' -f1)" "$(sha256sum < "$out/Cargo.lock" | cut -d' ' -f1)" \
+          "$(echo 'fn main() {}' | sha256sum | cut -d' ' -f1)" "$(printf 0%.0s {1..64})" > "$out/.cargo-checksum.json"
+      '';
+    };
+    lock = builtins.toFile "Cargo.lock" ''
+      [[package]]
+      name = "wordfreq"
+      version = "0.1.0"
+      source = "registry+https://github.com/rust-lang/crates.io-index"
+      checksum = "${builtins.concatStringsSep "" (builtins.genList (_: "0") 64)}"
+    '';
+  };
+
   # Training a binary without instrumentation leaves no profraw: the training check fails.
   training-without-instrumentation = llvmCheckOf chain.gateway;
 
@@ -335,6 +386,8 @@ in
   # runtime's ELF machine before BOLT links it in.
   aarch64-bolt-with-x86_64-runtime =
     (aarch64With { boltRuntimeLib = "/usr/lib/llvm-22/lib/libbolt_rt_instr.a"; }).stages.bolt-instrument {
+      name = "gateway-bolt-instrumented";
+      binary = "gateway";
       pgo = tinyAarch64;
       inherit (aarch64) versions;
     };
@@ -343,10 +396,7 @@ in
   # wraps a gateway for training, whatever binfmt_misc on the builder would do.
   aarch64-without-emulator = (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).versions;
   aarch64-training-without-emulator =
-    (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).stages.emulated {
-      name = "gateway-instrumented-emulated";
-      gateway = tinyAarch64;
-    };
+    (aarch64With { emulator = "/nonexistent/qemu-aarch64-static"; }).chain.runnable "gateway-instrumented" tinyAarch64;
 
   # aarch64: the pinned profiles of the other target (x86_64's) given to the aarch64 chain: the
   # profile stage refuses them by their key's target before the PGO build.
@@ -355,15 +405,8 @@ in
 
   # aarch64, with the aarch64 plain build (a 15-minute cross build: the aarch64 CI job): an
   # emulated training run of a binary without instrumentation leaves no profile.
-  aarch64-training-without-profile = aarch64.stages.training-check {
-    name = "gateway-training";
-    kind = "llvm";
-    gateway = aarch64.stages.emulated {
-      name = "gateway-emulated";
-      gateway = aarch64.gateway;
-    };
+  aarch64-training-without-profile = llvmCheckIn aarch64 {
+    instrumented = aarch64.chain.runnable "gateway" aarch64.gateway;
     pinned = aarch64.gateway-profile-fresh;
-    minOverlap = aarch64.thresholds.llvmMinOverlap;
-    inherit (aarch64) trainer shapes refreshCommand;
   };
 }

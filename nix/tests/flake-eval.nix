@@ -228,6 +228,15 @@ let
     {
       overrideToolchain = mkCraneLib pkgs;
       cleanCargoSource = src: "/nix/store/00000000000000000000000000000000-cleaned-${baseNameOf (toString src)}";
+      crateNameFromCargoToml =
+        { src, ... }:
+        let
+          manifest = builtins.fromTOML (readFile (src + "/Cargo.toml"));
+        in
+        {
+          pname = manifest.package.name;
+          inherit (manifest.package) version;
+        };
       filterCargoSources = path: type: true;
       buildDepsOnly = builder "crane-deps" "-deps";
       buildPackage =
@@ -508,8 +517,8 @@ let
           && toString P.pinned.bolt == toString offlinePinned.bolt
         else true)
       ))
-      (check (s "gateway-profile reads ${where}/llvm by store path (or, with none pinned, gateway-profile-fresh) and runs trainer profile verify with the codegen key") (
-        hasInfix "/bin/trainer profile verify" (scriptOf P.gateway-profile)
+      (check (s "gateway-profile reads ${where}/llvm by store path (or, with none pinned, gateway-profile-fresh) and runs pgo-engine verify with the codegen key") (
+        hasInfix "/bin/pgo-engine verify" (scriptOf P.gateway-profile)
         && hasInfix "--kind llvm" (scriptOf P.gateway-profile)
         && hasInfix "--codegen ${P.codegenKey}" (scriptOf P.gateway-profile)
         && hasInfix tools.llvmProfdata (scriptOf P.gateway-profile)
@@ -537,7 +546,7 @@ let
         && hasInfix "-pgo-warn-missing-function" (readFile pgoBuild)
         && hasInfix "pgo-diagnostics.txt" (readFile pgoBuild)
         && hasInfix "json-render-diagnostics" (readFile pgoBuild)
-        && hasInfix "/bin/trainer profile use-diagnostics" (scriptOf P.gateway-pgo)
+        && hasInfix "/bin/pgo-engine use-diagnostics" (scriptOf P.gateway-pgo)
         && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-pgo)
       ))
       (check (s "the PGO stage does not wait for a training run (gateway-pgo does not consume gateway-training)") (
@@ -549,8 +558,9 @@ let
         consumes P.gateway-training P.gateway-instrumented
         && consumes P.gateway-training P.trainer
         && consumes P.gateway-training P.gateway-profile
-        && hasInfix "/bin/trainer train" (scriptOf P.gateway-training)
-        && hasInfix "/bin/trainer profile check" (scriptOf P.gateway-training)
+        && hasInfix "/bin/pgo-engine train" (scriptOf P.gateway-training)
+        && hasInfix "/bin/trainer train --gateway \"$PGO_BINARY\"" (scriptOf P.gateway-training)
+        && hasInfix "/bin/pgo-engine check" (scriptOf P.gateway-training)
         && hasInfix "--min-overlap" (scriptOf P.gateway-training)
         && hasInfix "nix run .#refresh-profiles" (scriptOf P.gateway-training)
       ))
@@ -564,14 +574,14 @@ let
         consumes P.gateway-bolt-training P.gateway-bolt-instrumented
         && consumes P.gateway-bolt-training P.trainer
         && consumes P.gateway-bolt-training P.gateway-bolt-profile
-        && hasInfix "/bin/trainer profile check" (scriptOf P.gateway-bolt-training)
+        && hasInfix "/bin/pgo-engine check" (scriptOf P.gateway-bolt-training)
         && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
       ))
       (check (s "gateway-pgo-bolt consumes gateway-pgo, both profiles, the training checks of pinned ones (or says trained in build), trainer, versions") (
         consumes P.gateway-pgo-bolt P.gateway-pgo
         && consumes P.gateway-pgo-bolt P.gateway-profile
         && consumes P.gateway-pgo-bolt P.gateway-bolt-profile
-        && consumes P.gateway-pgo-bolt P.trainer
+        && consumes P.gateway-pgo-bolt P.pgo-engine
         && consumes P.gateway-pgo-bolt P.versions
         && hasInfix "--refresh-command \"nix run .#refresh-profiles\"" (scriptOf P.gateway-pgo-bolt)
         && (if pinned then
@@ -585,16 +595,16 @@ let
       (check (s "fresh profiles: gateway-profile-fresh trains gateway-instrumented, gateway-bolt-profile-fresh gateway-bolt-instrumented; in the artifact only where none is pinned") (
         consumes P.gateway-profile-fresh P.gateway-instrumented
         && consumes P.gateway-bolt-profile-fresh P.gateway-bolt-instrumented
-        && hasInfix "/bin/trainer profile manifest" (scriptOf P.gateway-profile-fresh)
+        && hasInfix "/bin/pgo-engine manifest" (scriptOf P.gateway-profile-fresh)
         && hasInfix "--codegen ${P.codegenKey}" (scriptOf P.gateway-profile-fresh)
         && hasInfix "--pgo-binary ${P.gateway-pgo}/bin/gateway" (scriptOf P.gateway-bolt-profile-fresh)
         && (pinned == !(consumes P.gateway-profile P.gateway-profile-fresh))
         && (pinned == !(consumes P.gateway-bolt-profile P.gateway-bolt-profile-fresh))
         && !(elem "gateway-profile-fresh" (attrNames outputs.hydraJobs.packages.${system}))
       ))
-      (check (s "hydraJobs.release: the release check, trainer verify-proof --require-pinned on gateway-pgo-bolt") (
+      (check (s "hydraJobs.release: the release check, pgo-engine verify-proof --require-pinned on gateway-pgo-bolt") (
         outputs.hydraJobs.release.${system}.drvPath == P.release-check.drvPath
-        && hasInfix "/bin/trainer verify-proof --require-pinned ${P.gateway-pgo-bolt}" (scriptOf P.release-check)
+        && hasInfix "/bin/pgo-engine verify-proof --require-pinned --binary gateway ${P.gateway-pgo-bolt}" (scriptOf P.release-check)
       ))
       (check (s "gateway-coverage runs trainer coverage on the instrumented gateway; the artifact and both fresh profiles depend on it") (
         hasInfix "/bin/trainer coverage" (scriptOf P.gateway-coverage)
@@ -629,19 +639,24 @@ let
         && B.gateway-training == null
         && !(consumes P.gateway-pgo-bolt B.gateway-profile-fresh)
       ))
-      (check (s "apps.refresh-profiles builds both fresh profiles and pins them with trainer profile pin") (
+      (check (s "apps.refresh-profiles builds both fresh profiles of the gateway's chain and pins them with pgo-engine pin, keeping the function coverage") (
         let
           app = outputs.apps.${system}.refresh-profiles;
           drv = readFile (head (attrNames (getContext app.program)));
         in
         app.type == "app"
+        && P.chain.profile-fresh.drvPath == P.gateway-profile-fresh.drvPath
+        && P.chain.bolt-profile-fresh.drvPath == P.gateway-bolt-profile-fresh.drvPath
         && all (t: hasInfix t drv) [
-          "legacyPackages.${system}.pipeline"
-          "gateway-profile-fresh"
-          "gateway-bolt-profile-fresh"
-          "profile pin --fresh"
+          "legacyPackages.${system}.pipeline.chain"
+          "$chain.profile-fresh"
+          "$chain.bolt-profile-fresh"
+          "${P.pgo-engine}/bin/pgo-engine"
+          "pin --fresh"
+          "--profiles profiles --keep function-coverage.json --keep function-coverage.txt"
           "git add -- profiles"
         ]
+        && hasInfix "--aarch64) chain=" drv == (system == "x86_64-linux")
       ))
 
       # Tools by store path.
@@ -713,10 +728,10 @@ let
       (check (s "checks.nixos-module passes (nix/tests/nixos-module.nix under the fake module lib)") (
         (checks.nixos-module.failedChecks or "not run") == ""
       ))
-      (check (s "checks.proof runs trainer verify-proof on gateway-pgo-bolt") (
-        hasInfix "/bin/trainer verify-proof" (scriptOf checks.proof)
+      (check (s "checks.proof runs pgo-engine verify-proof on gateway-pgo-bolt") (
+        hasInfix "/bin/pgo-engine verify-proof" (scriptOf checks.proof)
         && consumes checks.proof P.gateway-pgo-bolt
-        && consumes checks.proof P.trainer
+        && consumes checks.proof P.pgo-engine
       ))
       # Nix's default system-features include `benchmark`: only a feature of our own is opt-in.
       (check (s "checks.holdout runs trainer holdout on plain and optimized, requires only the opt-in gateway-benchmark feature") (
@@ -771,14 +786,8 @@ let
       aarch64Linker = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER";
       x86Linker = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER";
       # The wrappers the training runs through (nix/stages/emulated.nix), as the chain makes them.
-      emulatedInstrumented = C.stages.emulated {
-        name = "gateway-instrumented-emulated";
-        gateway = C.gateway-instrumented;
-      };
-      emulatedBolt = C.stages.emulated {
-        name = "gateway-bolt-instrumented-emulated";
-        gateway = C.gateway-bolt-instrumented;
-      };
+      emulatedInstrumented = C.chain.runnable "gateway-instrumented" C.gateway-instrumented;
+      emulatedBolt = C.chain.runnable "gateway-bolt-instrumented" C.gateway-bolt-instrumented;
       scriptOf = d: d.args.script or "";
       s = m: "[x86_64-linux -> aarch64] ${m}";
       offlineWhere = (import ../offline/default.nix {
@@ -870,7 +879,110 @@ let
       defaultPackage = outputs.packages.x86_64-linux.gateway-pgo-bolt;
     });
 
-  results = builtins.concatLists (map perSystem systems) ++ crossChecks ++ moduleChecks;
+  # ---- the library and the template (templates/default, `nix flake init -t`) ----------------
+
+  # The template's flake with this flake's outputs as its `pgo-bolt` input, as a user's checkout
+  # gets it.
+  templateDir = ../../templates/default;
+  template = (import (templateDir + "/flake.nix")).outputs {
+    self = {
+      outPath = toString templateDir;
+    };
+    pgo-bolt = outputs;
+  };
+
+  libraryChecks =
+    let
+      system = "x86_64-linux";
+      T = template.legacyPackages.${system}.chain;
+      P = outputs.legacyPackages.${system}.pipeline;
+      scriptOf = d: d.args.script or "";
+      s = m: "[library, template] ${m}";
+      # A chain of the template's crate for aarch64, from the x86_64 builder.
+      cross = outputs.lib.${system}.buildChain {
+        target = "aarch64-unknown-linux-gnu";
+        src = templateDir;
+        cargoToml = templateDir + "/Cargo.toml";
+        package = "wordfreq";
+        trainingCommand = "true";
+        holdoutCommand = "true";
+        refreshCommand = "refresh";
+      };
+    in
+    [
+      (check (s "lib.<system>.buildChain on both systems; the template's flake uses it through chain.nix, as the offline twin does") (
+        all (sys: isFunction outputs.lib.${sys}.buildChain) systems
+        && hasInfix "import ./chain.nix" (readFile (templateDir + "/flake.nix"))
+        && hasInfix "templates/default/chain.nix" (readFile ../offline/default.nix)
+        && outputs.templates.default.path == templateDir
+      ))
+      (check (s "the template's builds: crane, its own source as given (no third_party/ hack), -p wordfreq, the version of its manifest, bin/wordfreq") (
+        all (b:
+          b.kind == "crane-package"
+          && b.args.src == templateDir
+          && b.args.version == "0.1.0"
+          && hasInfix "-p wordfreq" b.args.cargoExtraArgs
+          && hasInfix "--target x86_64-unknown-linux-gnu" b.args.cargoExtraArgs
+          && !(b.args.cargoArtifacts.args ? extraDummyScript)
+          && b.binary == "wordfreq"
+        ) [ T.plain T.instrumented ]
+        && template.packages.${system}.default.drvPath == T.pgo-bolt.drvPath
+        && T.pgo-bolt.name == "wordfreq-pgo-bolt"
+      ))
+      (check (s "the template trains in its build (no profiles pinned yet): its training command under pgo-engine train, no training check, the release check refuses it") (
+        T.training == null
+        && T.bolt-training == null
+        && consumes T.profile T.profile-fresh
+        && consumes T.bolt-profile T.bolt-profile-fresh
+        && hasInfix "/bin/pgo-engine train" (scriptOf T.profile-fresh)
+        && hasInfix "train.sh" (scriptOf T.profile-fresh)
+        && hasInfix "--binary ${T.instrumented}/bin/wordfreq" (scriptOf T.profile-fresh)
+        && hasInfix "--llvm-trained-in-build \"no pinned llvm profile at profiles/x86_64-unknown-linux-gnu/rust-${rustRelease.release}/llvm\"" (scriptOf T.pgo-bolt)
+        && template.checks.${system}.release.drvPath == T.release-check.drvPath
+        && hasInfix "/bin/pgo-engine verify-proof --require-pinned --binary wordfreq ${T.pgo-bolt}" (scriptOf T.release-check)
+      ))
+      (check (s "the template's artifact: BOLT on the PGO build, proof marker share/wordfreq/proof.json by the flake's own pgo-engine, no coverage gate") (
+        consumes T.pgo-bolt T.pgo
+        && consumes T.pgo-bolt P.pgo-engine
+        && hasInfix "--package wordfreq" (scriptOf T.pgo-bolt)
+        && hasInfix "--binary wordfreq" (scriptOf T.pgo-bolt)
+        && hasInfix "$out/share/wordfreq/proof.json" (scriptOf T.pgo-bolt)
+        && !(hasInfix "request-paths.json" (scriptOf T.pgo-bolt))
+        && hasInfix "-instrumentation-file=wordfreq.fdata" (scriptOf T.bolt-instrumented)
+      ))
+      (check (s "the template's holdout: holdout.sh on plain, PGO and PGO+BOLT under nixpkgs' valgrind") (
+        let
+          h = template.checks.${system}.holdout;
+        in
+        h.drvPath == T.holdout-instructions.drvPath
+        && hasInfix "holdout.sh" (scriptOf h)
+        && all (leg: consumes h leg) [ T.plain T.pgo T.pgo-bolt ]
+        && hasInfix "${fakeNixpkgs.legacyPackages.${system}.valgrind}/bin/valgrind" (scriptOf h)
+      ))
+      (check (s "the template's refresh app pins its chain's fresh profiles into profiles/ with the flake's pgo-engine") (
+        let
+          drv = readFile (head (attrNames (getContext template.apps.${system}.refresh-profiles.program)));
+        in
+        all (t: hasInfix t drv) [
+          "legacyPackages.${system}.chain"
+          "$chain.profile-fresh"
+          "$chain.bolt-profile-fresh"
+          "${P.pgo-engine}/bin/pgo-engine"
+          "--profiles profiles"
+          "git add -- profiles"
+        ]
+      ))
+      (check (s "buildChain { target = aarch64 } from x86_64: the cross provider, the builds for aarch64, the training through the emulator, the engine built for the builder") (
+        hasInfix "--target aarch64-unknown-linux-gnu" cross.instrumented.args.cargoExtraArgs
+        && cross.pgo-bolt.name == "wordfreq-pgo-bolt-aarch64"
+        && hasInfix "qemu-aarch64" (scriptOf (cross.runnable "wordfreq-instrumented" cross.instrumented))
+        && consumes cross.profile-fresh (cross.runnable "wordfreq-instrumented" cross.instrumented)
+        && hasInfix "--target x86_64-unknown-linux-gnu" cross.engine.args.cargoExtraArgs
+        && !(builtins.tryEval cross.holdout-instructions).success
+      ))
+    ];
+
+  results = builtins.concatLists (map perSystem systems) ++ crossChecks ++ moduleChecks ++ libraryChecks;
   failed = filter (r: !r.ok) results;
 in
 if failed == [ ] then

@@ -192,34 +192,36 @@ let
     }:
     pkgs.runCommand (stageName name forTarget) env (prologue (stageName name forTarget) + script);
 
+  packageArgs = import ./package-args.nix { inherit target hostTarget; };
+
   # Arguments shared, verbatim, by a package build and its dependency build: the same RUSTFLAGS,
   # target, linker and cargo arguments, so cargo's fingerprints match and the package build reuses
-  # every dependency artifact instead of rebuilding it with other flags.
+  # every dependency artifact instead of rebuilding it with other flags. Another crate's source
+  # (nix/lib/build-chain.nix `src`) is taken as given (a published crate may `include_str!` files
+  # crane's cleanCargoSource would drop; a user cleans their own source) and vendored by crane from
+  # its Cargo.lock (or `vendor`, a cargoVendorDir); its version is its manifest's.
   cargoArgs =
+    a:
+    let
+      own = a.src == null;
+    in
     {
-      pname,
-      package,
-      rustflags,
-      features,
-      buildTarget ? target,
-    }:
-    {
-      inherit pname version;
-      src = cargoSrc;
+      inherit (a) pname;
+      version = if own then version else (craneLib.crateNameFromCargoToml { src = a.src; }).version;
+      src = if own then cargoSrc else a.src;
       strictDeps = true;
-      cargoExtraArgs =
-        "--locked --target ${buildTarget} -p ${package}"
-        + (if features == [ ] then "" else " --features ${builtins.concatStringsSep "," features}");
+      cargoExtraArgs = a.cargoArgs;
       # PGO stages must not run tests: the instrumented binary would profile the test run.
       doCheck = false;
       # The binaries go to the next stage exactly as the linker wrote them: no strip (keeps the
       # symbols BOLT needs), no patchelf rewrite of a binary BOLT will rewrite.
       dontStrip = true;
       dontPatchELF = true;
-      env = (if buildTarget == target then linkerEnv else hostLinkerEnv) // {
-        RUSTFLAGS = joinFlags rustflags (linkerRustflagsFor buildTarget);
+      env = (if a.buildTarget == target then linkerEnv else hostLinkerEnv) // {
+        RUSTFLAGS = joinFlags a.rustflags (linkerRustflagsFor a.buildTarget);
       };
-    };
+    }
+    // (if a.vendor == null then { } else { cargoVendorDir = a.vendor; });
 
   pgoDiagnosticsOf = import ./pgo-diagnostics.nix;
 
@@ -240,23 +242,11 @@ let
   };
 
   buildPackage =
-    {
-      pname,
-      package,
-      rustflags,
-      # Keep LLVM's profile-use warnings of the package's crate in
-      # share/<package>/pgo-diagnostics.txt (nix/README.md, provider interface).
-      pgoDiagnostics ? false,
-      # Cargo features of `package` (measurement variants such as [ "mimalloc" ]).
-      features ? [ ],
-      # Build for the builder (the trainer, which runs here) instead of the target.
-      forHost ? false,
-    }:
+    stageArgs:
     let
-      args = cargoArgs {
-        inherit pname package rustflags features;
-        buildTarget = if forHost then hostTarget else target;
-      };
+      a = packageArgs stageArgs;
+      inherit (a) pname package binary rustflags pgoDiagnostics features forHost;
+      args = cargoArgs a;
       # Named by package, flags and features, not by stage: stages that build the same package
       # with the same RUSTFLAGS and features share one dependency derivation.
       flavour = rustflags + (if features == [ ] then "" else " --features ${toString features}");
@@ -273,7 +263,8 @@ let
           # took 1.2x-1.6x the CPU time of build alone (docs/flake.md).
           cargoCheckCommand = "true";
         }
-        // depsArgs
+        # The workspace's patched dependencies; another crate has none of ours.
+        // (if a.src == null then depsArgs else { })
       );
     in
     craneLib.buildPackage (
@@ -283,7 +274,7 @@ let
         pname = stageName pname (!forHost);
         cargoArtifacts = deps;
         passthru = {
-          inherit deps rustflags package;
+          inherit deps rustflags package binary;
         };
       }
     );

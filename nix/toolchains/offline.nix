@@ -77,22 +77,17 @@ let
   lower = [ "a" "b" "c" "d" "e" "f" "g" "h" "i" "j" "k" "l" "m" "n" "o" "p" "q" "r" "s" "t" "u" "v" "w" "x" "y" "z" "-" ];
   upper = builtins.replaceStrings lower [ "A" "B" "C" "D" "E" "F" "G" "H" "I" "J" "K" "L" "M" "N" "O" "P" "Q" "R" "S" "T" "U" "V" "W" "X" "Y" "Z" "_" ];
 
+  packageArgs = import ./package-args.nix { inherit target hostTarget; };
+
   buildPackage =
-    {
-      pname,
-      package,
-      rustflags,
-      pgoDiagnostics ? false,
-      # Cargo features of `package` (measurement variants such as [ "mimalloc" ]); none: the
-      # script is the one the chain has always built.
-      features ? [ ],
-      # Build for the builder (the trainer, which runs here) instead of `target`.
-      forHost ? false,
-    }:
+    stageArgs:
     let
-      buildTarget = if forHost then hostTarget else target;
-      featureArgs = if features == [ ] then "" else " --features ${builtins.concatStringsSep "," features}";
-      cargoBuild = "cargo build --release --offline --locked --target ${buildTarget} -p ${package}${featureArgs}";
+      inherit (packageArgs stageArgs) pname package binary rustflags pgoDiagnostics forHost featureArgs buildTarget cargoArgs;
+      # Another crate's source and vendor directory (nix/lib), or the repository's workspace.
+      own = stageArgs.src or null == null;
+      source = if own then packageSrc package else stageArgs.src;
+      crates = if stageArgs.vendor or null == null then vendor else stageArgs.vendor;
+      cargoBuild = "cargo build --release --offline ${cargoArgs}";
       # cargo's per-target linker variable (CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER); only a
       # cross build has one, so the builder's own builds are the derivations they always were.
       linkerVar = "CARGO_TARGET_${builtins.replaceStrings [ "-" ] [ "_" ] (upper buildTarget)}_LINKER";
@@ -109,11 +104,12 @@ let
         [source.crates-io]
         replace-with = "vendored"
         [source.vendored]
-        directory = "${vendor}"
+        directory = "${crates}"
         CONFIG
-        cp -r ${packageSrc package} "$TMPDIR/src"
+        cp -r ${source} "$TMPDIR/src"
         chmod -R u+w "$TMPDIR/src"
         cd "$TMPDIR/src"
+      '' + (if own then ''
         # A member whose code the source leaves out gets a stub target, so that cargo loads the
         # workspace; `-p ${package}` never builds it.
         for manifest in */Cargo.toml; do
@@ -123,9 +119,10 @@ let
             echo 'fn main() {}' > "$member/src/main.rs"
           fi
         done
+      '' else "") + ''
         export PATH="${rustToolchain}/bin:${hostPath}"
         # Panic locations name source files; remapped, the binary references no build input.
-        export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${vendor}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
+        export RUSTFLAGS="$RUSTFLAGS_STAGE --remap-path-prefix=${crates}=/cargo-vendor --remap-path-prefix=$TMPDIR/src=/src"
         echo "stage $stage: cargo build -p ${package}${featureArgs} --target ${buildTarget} RUSTFLAGS='$RUSTFLAGS'"
       '' + (if pgoDiagnostics then ''
         ${cargoBuild} 2>&1 \
@@ -138,7 +135,7 @@ let
           || fail "cargo build of ${package} failed"
         mkdir -p "$out/bin"
       '') + ''
-        cp "target/${buildTarget}/release/${package}" "$out/bin/${package}"
+        cp "target/${buildTarget}/release/${binary}" "$out/bin/${binary}"
       '';
     };
 

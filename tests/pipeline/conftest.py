@@ -21,3 +21,11 @@ def trainer_bin():
     """The trainer, built by cargo for driving the artifact from outside the sandbox."""
     subprocess.run(["cargo", "build", "-q", "-p", "trainer"], cwd=ROOT, check=True)
     return ROOT / "target" / "debug" / "trainer"
+
+
+@pytest.fixture(scope="session")
+def engine_bin():
+    """The engine (pgo-engine: verify-proof and the other checks any crate's chain runs), built by
+    cargo for checking the chain's outputs from outside the sandbox."""
+    subprocess.run(["cargo", "build", "-q", "-p", "pgo-engine"], cwd=ROOT, check=True)
+    return ROOT / "target" / "debug" / "pgo-engine"

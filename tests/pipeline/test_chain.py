@@ -35,7 +35,7 @@ def test_artifact_is_bolted(pgo_bolt):
     assert ".note.bolt_info" in sections
 
 
-def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
+def test_proof_marker_has_nonzero_counts(pgo_bolt, engine_bin):
     proof_path = pgo_bolt / "share" / "gateway" / "proof.json"
     proof = json.loads(proof_path.read_text())
     assert proof["pgo"]["profraw_files"] > 0
@@ -44,7 +44,7 @@ def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
     assert len(proof["pgo"]["profdata_sha256"]) == 64
     assert proof["bolt"]["fdata_files"] > 0
     assert proof["bolt"]["functions_with_profile"] > 0
-    assert proof["holdout"] not in proof["pgo"]["shapes_trained"]
+    assert proof["holdout"] not in proof["pgo"]["workloads_trained"]
     assert proof["toolchain"]["rustc_llvm"].split(".")[0] == proof["toolchain"]["llvm_profdata"].split(".")[0]
     # Provenance: the committed profiles of this key, vouched for by this build's freshness checks.
     profiles = proof["profiles"]
@@ -58,7 +58,7 @@ def test_proof_marker_has_nonzero_counts(pgo_bolt, trainer_bin):
         assert profiles[kind]["freshness_check"] == "fresh"
         assert manifest["key"]["rust_release"] == proof["toolchain"]["rust_release"]
         assert manifest["key"]["target"] == "x86_64-unknown-linux-gnu"
-    subprocess.run([str(trainer_bin), "verify-proof", "--require-pinned", str(proof_path)], check=True)
+    subprocess.run([str(engine_bin), "verify-proof", "--require-pinned", str(proof_path)], check=True)
 
 
 def free_port():

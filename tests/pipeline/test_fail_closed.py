@@ -43,6 +43,11 @@ CASES = {
         "no training shape for /v1/messages stream=true upstream=anthropic (native)",
         "no training shape with posture keys",
     ),
+    # The library on another crate (the template's): its training command's failures, and a
+    # published crate's source that is not as cargo vendored it.
+    "library-training-command-fails": ("stage wordfreq-profile-fresh", "exited with status 3"),
+    "library-training-leaves-no-profile": ("stage wordfreq-profile-fresh", "no profile file above"),
+    "library-crate-not-as-vendored": ("stage wordfreq-source", "src/main.rs changed since vendoring"),
     # The optimized legs' requests fail: an invalid batch (nix/tests/fail-closed.nix).
     "holdout-invalid-batch": ("stage gateway-holdout", "the bench batch is INVALID"),
     # aarch64 (cross, trained under qemu-user): the cases that need no cross build of the gateway.

@@ -24,7 +24,7 @@ def proof_of(out):
     return json.loads((out / "share" / "gateway" / "proof.json").read_text())
 
 
-def test_without_pinned_profiles_the_chain_trains_in_the_build(trainer_bin):
+def test_without_pinned_profiles_the_chain_trains_in_the_build(engine_bin):
     out = build("trained-in-build")
     proof = proof_of(out)
     profiles = proof["profiles"]
@@ -37,14 +37,14 @@ def test_without_pinned_profiles_the_chain_trains_in_the_build(trainer_bin):
     sections = subprocess.run(["/usr/lib/llvm-22/bin/llvm-readelf", "-S", "-W", str(out / "bin" / "gateway")],
                               check=True, capture_output=True, text=True).stdout
     assert ".note.bolt_info" in sections
-    subprocess.run([str(trainer_bin), "verify-proof", str(out)], check=True)
-    refused = subprocess.run([str(trainer_bin), "verify-proof", "--require-pinned", str(out)],
+    subprocess.run([str(engine_bin), "verify-proof", str(out)], check=True)
+    refused = subprocess.run([str(engine_bin), "verify-proof", "--require-pinned", str(out)],
                              capture_output=True, text=True)
     assert refused.returncode != 0
     assert "nix/offline/refresh-profiles" in refused.stderr, refused.stderr
 
 
-def test_a_comment_at_the_top_of_main_keeps_the_pinned_profiles(trainer_bin):
+def test_a_comment_at_the_top_of_main_keeps_the_pinned_profiles(engine_bin):
     out = build("comment-at-top-of-main")
     profiles = proof_of(out)["profiles"]
     assert profiles["provenance"] == "pinned", profiles
@@ -53,6 +53,6 @@ def test_a_comment_at_the_top_of_main_keeps_the_pinned_profiles(trainer_bin):
         assert profiles[kind]["sha256"] == manifest["sha256"]
         # Trained on the sources before the comment: the profiles fit without a refresh.
         assert profiles[kind]["same_source_as_build"] is False
-    subprocess.run([str(trainer_bin), "verify-proof", "--require-pinned", str(out)], check=True)
+    subprocess.run([str(engine_bin), "verify-proof", "--require-pinned", str(out)], check=True)
     release = build("comment-at-top-of-main-release")
     assert (release / "gateway-pgo-bolt").resolve() == out

@@ -1,5 +1,5 @@
 """A training check whose training ran beside other work trains again once the machine is quiet
-(nix/stages/training-check.nix, `trainer profile check` exit status 3, `trainer wait-quiet`), and
+(nix/stages/training-check.nix, `pgo-engine check` exit status 3, `pgo-engine wait-quiet`), and
 a stale verdict of the quiet training still fails closed, naming the stage and the cause.
 
 The other work is real: CPU burners beside the build, stopped as soon as the first training's
@@ -44,7 +44,7 @@ def test_a_busy_stale_training_trains_again_once_quiet_then_fails_closed():
     # The first training ran beside the burners: its stale verdict is not final.
     assert BUSY in log, f"the first training did not see the burners:\n{tail}"
     assert "stage gateway-training: training again, attempt 2 of 3" in log, tail
-    # It waited for a quiet machine (`trainer wait-quiet`), which says what it found.
+    # It waited for a quiet machine (`pgo-engine wait-quiet`), which says what it found.
     assert "machine quiet:" in log or "machine still" in log, tail
     # The retrained verdict is as stale, now from a quiet machine: the stage fails closed.
     last = log[log.rindex("attempt 2 of 3"):]

@@ -1,27 +1,24 @@
-//! `trainer`: everything that drives the gateway from outside — the mock upstream, the PGO/BOLT
-//! training run, the pinned profiles' manifests and freshness checks, the proof marker, the A/B
-//! bench, the cachegrind instruction counts and the holdout gates.
+//! `trainer`: the gateway's driver, everything that drives the gateway from outside: the mock
+//! upstream, the training shapes and the gateway's training command, the load driver, the A/B
+//! bench, the cachegrind instruction counts and the holdout and coverage gates. What any crate's
+//! chain needs (the training contract, profile keys, pins, freshness checks, the proof marker) is
+//! the engine's (`pgo-engine`), which this uses as a library where the two share code.
+//!
+//! The modules are layered (ARCHITECTURE.md, "Code map: the trainer"; `tests/layers.rs`):
+//! `mock` and `host` at the bottom, `drive` on them, `measure` on top.
 
-mod bench;
-mod check;
-mod coverage;
-mod fake_gateway;
-mod holdout;
-mod instructions;
-mod load;
-mod machine_load;
-mod memory;
+mod drive;
+mod host;
+mod measure;
 mod mock;
-mod pinned;
-mod procfs;
-mod profiles;
-mod proof;
-mod redis;
-mod shapes;
-mod stream_instructions;
-mod train;
+
+// The mock's tests drive it with the load driver by its old path.
+#[cfg(test)]
+use drive::load;
 
 use clap::{Parser, Subcommand};
+use drive::{fake_gateway, load as load_driver, train};
+use measure::{bench, coverage, holdout, instructions, memory, stream_instructions};
 
 #[derive(Parser)]
 #[command(version, about)]
@@ -36,15 +33,11 @@ enum Command {
     Mock(mock::MockArgs),
     /// Train every non-holdout shape through an instrumented gateway; collect its profiles.
     Train(train::TrainArgs),
-    /// Write the proof marker from the manifests, profiles, BOLT log and toolchain versions.
-    Proof(proof::ProofArgs),
-    /// Check a proof marker: present, consistent, non-zero counts, holdout not trained.
-    VerifyProof(proof::VerifyArgs),
     /// Stand-in gateway for the trainer's own tests.
     #[command(hide = true)]
     FakeGateway(fake_gateway::FakeGatewayArgs),
     /// Drive one prepared request at an address over keep-alive connections (rig check).
-    Load(load::LoadArgs),
+    Load(load_driver::LoadArgs),
     /// A/B benchmark of gateway binaries on one shape.
     Bench(bench::BenchArgs),
     /// Fail if the optimized binary is slower than the plain one on the holdout shape.
@@ -65,32 +58,18 @@ enum Command {
     StreamMemory(memory::StreamMemoryArgs),
     /// Memory per idle client keep-alive connection, before and after one request each.
     IdleConnections(memory::IdleConnectionsArgs),
-    /// Pinned profiles: manifest, verify, freshness check, compare.
-    Profile(pinned::ProfileArgs),
-    /// Wait until the machine is quiet (its busy share under the pin's threshold), up to a limit.
-    WaitQuiet(machine_load::WaitQuietArgs),
 }
 
-/// Exit status 1 on an error, 3 on a stale freshness verdict of a training that ran beside other
-/// work (`pinned::BusyTraining`: the training check trains again).
-fn main() -> std::process::ExitCode {
-    match run(Cli::parse().command) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("Error: {e:?}");
-            std::process::ExitCode::from(if e.is::<pinned::BusyTraining>() { 3 } else { 1 })
-        }
-    }
+fn main() -> anyhow::Result<()> {
+    run(Cli::parse().command)
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Mock(args) => mock::run(args),
         Command::Train(args) => train::run(args),
-        Command::Proof(args) => proof::run(args),
-        Command::VerifyProof(args) => proof::verify_cli(args),
         Command::FakeGateway(args) => fake_gateway::run(args),
-        Command::Load(args) => load::cli(args),
+        Command::Load(args) => load_driver::cli(args),
         Command::Bench(args) => bench::run(args),
         Command::Holdout(args) => holdout::run(args),
         Command::Coverage(args) => coverage::run(args),
@@ -100,7 +79,5 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::StreamInstructions(args) => stream_instructions::run(args),
         Command::StreamMemory(args) => memory::stream_memory(args),
         Command::IdleConnections(args) => memory::idle_connections(args),
-        Command::Profile(args) => pinned::run(args),
-        Command::WaitQuiet(args) => machine_load::wait_quiet_cli(args),
     }
 }

@@ -1,0 +1,1 @@
+// Empty: examples/ripgrep/Cargo.toml needs a target to resolve and vendor ripgrep.
