@@ -86,7 +86,7 @@ let
       "function-coverage.txt"
     ];
     # Least overlap of a fresh training with the pinned profile over the functions that count the
-    # requests' work (the runtime's polls, parks and wakes left out: `trainer profile compare`),
+    # requests' work (the runtime's polls, parks and wakes left out: `pgo-engine compare`),
     # in percent (nix/README.md, "Thresholds"): quiet trainings of one binary on two machines
     # (AMD EPYC, Intel Xeon) overlapped by 99.36% (LLVM) and 99.85% (BOLT), on one machine by
     # 99.95% and 99.93%; the fail-closed stale profiles by 76.2% and 52.8%. Each threshold allows

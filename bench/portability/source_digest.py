@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""source_digest.py COMMIT [GIT_DIR]: trainer/src/pinned.rs's tree_digest of SOURCE_FILES
-(the old refresh rule's input) computed from git objects: sha256 of the sorted
+"""source_digest.py COMMIT [GIT_DIR]: the pinned manifests' source digest of the gateway's chain
+(`sourceInclude` in nix/pipeline.nix; the old refresh rule's input) computed from git objects: sha256 of the sorted
 "<sha256 of file>  <path>" lines of every file under the listed paths."""
 import hashlib
 import subprocess
