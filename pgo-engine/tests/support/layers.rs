@@ -1,13 +1,13 @@
-//! The layers check of a crate's modules, shared by the engine's and the trainer's `layers.rs`:
-//! its dependencies run one way (ARCHITECTURE.md, "Code map"): no module imports another that
-//! imports it back, directly or through others, and no module uses one of a higher layer.
+//! The layers check of a crate's modules, shared by the engine's, the trainer's and the gateway's
+//! `layers.rs`: its dependencies run one way (ARCHITECTURE.md, "Code map"): no module imports
+//! another that imports it back, directly or through others, and no module uses one of a higher
+//! layer.
 //!
 //! The check reads `src` as text: every path a file names through `crate::`, `super::`, `self::`
 //! (or the crate's own name, in its binary) is resolved to the deepest module that exists, and is
 //! an edge from the file's module to that module. Comments, string literals and `#[cfg(test)]`
 //! modules are left out: a doc link or a test helper is not a dependency of the code. A `mod`
-//! declaration is not an edge either; a module's own children are the modules it declares. (The
-//! same check as gateway/tests/layers.rs, with the crate as an argument.)
+//! declaration is not an edge either; a module's own children are the modules it declares.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
