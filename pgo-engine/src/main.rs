@@ -9,6 +9,7 @@ use pgo_engine::pinned::manifest::{self, ManifestArgs};
 use pgo_engine::pinned::pin::{self, PinArgs};
 use pgo_engine::pinned::use_diagnostics::{self, UseDiagnosticsArgs};
 use pgo_engine::pinned::verify::{self, VerifyArgs};
+use pgo_engine::pinned::vouch::{self, VouchArgs};
 use pgo_engine::profile::compare::{self, CompareArgs};
 use pgo_engine::proof::marker::{self, VerifyProofArgs};
 use pgo_engine::proof::{self, ProofArgs};
@@ -39,6 +40,8 @@ enum Command {
     UseDiagnostics(UseDiagnosticsArgs),
     /// Copy a fresh profile into a profiles directory, recording the profile it replaces.
     Pin(PinArgs),
+    /// Record in a pinned manifest that another machine's training agrees with the profile.
+    Vouch(VouchArgs),
     /// Wait until the machine is quiet (its busy share under the pin's threshold), up to a limit.
     WaitQuiet(WaitQuietArgs),
     /// Write the proof marker from the manifests, verdicts, BOLT log and toolchain versions.
@@ -58,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Compare(a) => compare::compare_cli(&a),
         Command::UseDiagnostics(a) => use_diagnostics::use_diagnostics(&a),
         Command::Pin(a) => pin::pin(&a),
+        Command::Vouch(a) => vouch::vouch(&a),
         Command::WaitQuiet(a) => load::wait_quiet_cli(a),
         Command::Proof(a) => proof::run(&a),
         Command::VerifyProof(a) => marker::verify_cli(&a),

@@ -12,7 +12,8 @@ use super::manifest::profile_file;
 use crate::digest::sha256_file;
 use crate::host::load::QUIET_MAX_OTHER_CPU_PCT;
 use crate::json_file;
-use crate::profile::compare::{compare, counts_scheduling, describe};
+use crate::profile::agreement::{self, MachineBound};
+use crate::profile::compare::{compare, counts_scheduling, describe, overlap_of};
 use crate::profile::{first_names, Kind, Profile};
 
 /// The busiest the machine may have been, in percent of its CPU, for a stale verdict to be final
@@ -33,11 +34,20 @@ pub struct CheckArgs {
     /// `--overlap` names.
     #[arg(long)]
     pub min_overlap: f64,
-    /// Which functions the overlap is taken over: `work` (the runtime's scheduling left out, see
-    /// `profile::compare::counts_scheduling`: for an async binary, whose polls follow the
-    /// machine's timing) or `all`.
+    /// Which counters the overlap is taken over: `stable` (those a second training of the same
+    /// binary, `--contrast`, agrees with the fresh one on: what the machine moves is measured and
+    /// left out, `profile::agreement`), `work` (the functions `profile::compare::counts_scheduling`
+    /// names left out) or `all`.
     #[arg(long, value_enum, default_value = "work")]
     pub overlap: Overlap,
+    /// A second fresh training of the same binary, run under another perturbation of the
+    /// builder (`--overlap stable` needs it).
+    #[arg(long)]
+    pub contrast: Option<PathBuf>,
+    /// With `--overlap stable`: the least share, in percent, of the fresh training's counts that
+    /// the two trainings must agree on; below it, too little of the profile is judged.
+    #[arg(long, default_value_t = 25.0)]
+    pub min_stable_pct: f64,
     #[arg(long)]
     pub refresh_command: String,
     /// Where to write the verdict (JSON; nothing in it depends on the fresh run).
@@ -49,9 +59,12 @@ pub struct CheckArgs {
     pub training: Option<PathBuf>,
 }
 
-/// The functions a freshness check's overlap is taken over.
+/// The counters a freshness check's overlap is taken over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Overlap {
+    /// The counters two trainings on this builder agree on: the machine-bound ones measured and
+    /// left out.
+    Stable,
     /// The functions that count work, the runtime's scheduling left out.
     Work,
     /// Every function.
@@ -123,13 +136,24 @@ pub fn check(a: &CheckArgs) -> Result<()> {
             }
         }
     }
+    let stable_pct = match (a.overlap, &a.contrast) {
+        (Overlap::Stable, None) => bail!(
+            "freshness check: --overlap stable needs --contrast, a second training of the same binary under another perturbation"
+        ),
+        (_, None) => None,
+        (_, Some(path)) => Some(stable_overlap(a.kind, &pinned, &fresh, path, a.min_stable_pct)?.0),
+    };
     let (measured, over) = match a.overlap {
+        Overlap::Stable => (
+            stable_pct.expect("measured above"),
+            "the counters two trainings on this builder agree on",
+        ),
         Overlap::Work => (c.work_overlap_pct, "the functions that count work"),
         Overlap::All => (c.overlap_pct, "all functions"),
     };
     if measured.is_nan() || measured < a.min_overlap {
         stale.push(format!(
-            "a fresh training overlaps the pinned profile by {measured:.3}% in {over} ({:.3}% in all, {:.3}% in the work, the runtime's scheduling left out), less than the {:.3}% that training noise and machines explain",
+            "a fresh training overlaps the pinned profile by {measured:.3}% in {over} ({:.3}% in all, {:.3}% in the work by the names rule), less than the {:.3}% that training noise and machines explain",
             c.overlap_pct, c.work_overlap_pct, a.min_overlap
         ));
     }
@@ -154,13 +178,65 @@ pub fn check(a: &CheckArgs) -> Result<()> {
         "kind": kind,
         "pinned_sha256": sha256_file(&pinned_file)?,
         "min_overlap_pct": a.min_overlap,
-        "overlap_of": match a.overlap { Overlap::Work => "work", Overlap::All => "all" },
+        "overlap_of": match a.overlap { Overlap::Stable => "stable", Overlap::Work => "work", Overlap::All => "all" },
+        "machine_bound": match a.overlap {
+            Overlap::Stable => json!({
+                "measured_by": "a contrast training",
+                "relative": agreement::RELATIVE,
+                "absolute": agreement::ABSOLUTE,
+                "min_stable_pct": a.min_stable_pct,
+            }),
+            _ => Value::Null,
+        },
         "changed_functions_allowed": if a.kind == Kind::Llvm { json!("cold only") } else { Value::Null },
         "verdict": "fresh",
     });
     json_file::write(&a.verdict, &verdict)?;
     eprintln!("freshness check passed: the pinned {kind} profile agrees with a fresh training");
     Ok(())
+}
+
+/// The overlap of `fresh` with `pinned` over the counters `fresh` and the contrast training
+/// (at `contrast`) agree on, each normalized by those counters' counts, and the share of the
+/// fresh counts the machine moved; prints what it moved. Fails when the two agree on less than
+/// `min_stable_pct` of the fresh counts.
+pub(crate) fn stable_overlap(
+    kind: Kind,
+    pinned: &Profile,
+    fresh: &Profile,
+    contrast: &Path,
+    min_stable_pct: f64,
+) -> Result<(f64, f64)> {
+    let name = kind.name();
+    let contrast = Profile::read(kind, contrast)?;
+    let bound = MachineBound::measure(fresh, &contrast);
+    let largest: Vec<String> = bound
+        .largest(fresh, 5)
+        .iter()
+        .map(|(n, c)| {
+            format!(
+                "{:.2}% {n}",
+                *c as f64 * 100.0 / bound.total_counts.max(1) as f64
+            )
+        })
+        .collect();
+    eprintln!(
+        "freshness check: the contrast training (total count {} against {}) disagrees on counters holding {:.2}% of the fresh counts, which the overlap leaves out; most in: {}",
+        contrast.total(),
+        fresh.total(),
+        bound.bound_pct(),
+        largest.join(", ")
+    );
+    if 100.0 - bound.bound_pct() < min_stable_pct {
+        bail!(
+            "freshness check: the two trainings on this builder agree on only {:.2}% of the fresh {name} counts, less than the {min_stable_pct}% the overlap needs to judge the pinned profile (the machine moved {:.2}% of them; nix/README.md, Thresholds)",
+            100.0 - bound.bound_pct(),
+            bound.bound_pct()
+        );
+    }
+    let pct = overlap_of(pinned, fresh, |name, c| bound.is_stable(name, c));
+    eprintln!("freshness check: overlap of the counters both trainings agree on: {pct:.3}%");
+    Ok((pct, bound.bound_pct()))
 }
 
 /// A stale verdict of a training that ran beside other work: its counts may have moved with the

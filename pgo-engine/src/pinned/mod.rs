@@ -8,7 +8,8 @@
 //! - `verify`: a pinned directory checked before a build consumes it (`pgo-engine verify`);
 //! - `freshness`: a fresh training against the pinned profile (`pgo-engine check`);
 //! - `use_diagnostics`: the PGO build's profile-use warnings (`pgo-engine use-diagnostics`);
-//! - `pin`: a fresh profile copied into the profiles directory (`pgo-engine pin`).
+//! - `pin`: a fresh profile copied into the profiles directory (`pgo-engine pin`);
+//! - `vouch`: another machine's training recorded in a pinned manifest (`pgo-engine vouch`).
 
 pub mod freshness;
 pub mod key;
@@ -16,6 +17,7 @@ pub mod manifest;
 pub mod pin;
 pub mod use_diagnostics;
 pub mod verify;
+pub mod vouch;
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -26,7 +28,7 @@ pub(crate) mod tests {
     use super::verify::{verify, VerifyArgs};
     use crate::digest::sha256_bytes;
     use crate::json_file::{read, write};
-    use crate::profile::Kind;
+    use crate::profile::{agreement, Kind};
     use anyhow::Result;
     use serde_json::{json, Value};
     use std::path::{Path, PathBuf};
@@ -159,6 +161,8 @@ pub(crate) mod tests {
                 fresh: fresh.clone(),
                 min_overlap: min,
                 overlap: Overlap::Work,
+                contrast: None,
+                min_stable_pct: 25.0,
                 refresh_command: "refresh-it".into(),
                 verdict: verdict.clone(),
                 training: Some(dir.join("training.json")),
@@ -249,6 +253,61 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_stable_overlap_leaves_out_what_the_contrast_training_moved() {
+        let (dir, _) = pinned_llvm("check-stable");
+        // `f` is the work (30, 10 per training); `l` counts the event loop's turns: 500 where the
+        // profile was pinned, 200 on this builder, 120 in its contrast training.
+        let profile = |f: (u64, u64), l: u64| {
+            format!("f\n# Func Hash:\n1\n# Num Counters:\n2\n# Counter Values:\n{}\n{}\n\nl\n# Func Hash:\n3\n# Num Counters:\n1\n# Counter Values:\n{l}\n", f.0, f.1)
+        };
+        std::fs::write(dir.join("app.proftext"), profile((3000, 1000), 500)).unwrap();
+        let (fresh, contrast) = (dir.join("fresh.proftext"), dir.join("contrast.proftext"));
+        let run = |f: (u64, u64), l: u64, c: Option<(u64, u64, u64)>, min_stable_pct: f64| {
+            std::fs::write(&fresh, profile(f, l)).unwrap();
+            if let Some((cf0, cf1, cl)) = c {
+                std::fs::write(&contrast, profile((cf0, cf1), cl)).unwrap();
+            }
+            check(&CheckArgs {
+                kind: Kind::Llvm,
+                pinned: dir.clone(),
+                fresh: fresh.clone(),
+                min_overlap: 97.0,
+                overlap: Overlap::Stable,
+                contrast: c.map(|_| contrast.clone()),
+                min_stable_pct,
+                refresh_command: "refresh-it".into(),
+                verdict: dir.join("verdict.json"),
+                training: None,
+            })
+        };
+        // Over every counter the loop's share moved the overlap to 93%: stale by `all`.
+        let e = run((3000, 1000), 200, None, 25.0).unwrap_err().to_string();
+        assert!(e.contains("needs --contrast"), "{e}");
+        // The contrast training moved `l` too: it is left out, and `f` agrees.
+        run((3000, 1000), 200, Some((3000, 1000, 120)), 25.0).unwrap();
+        let v = read(&dir.join("verdict.json"), "verdict").unwrap();
+        assert_eq!(v["overlap_of"], "stable");
+        assert_eq!(v["machine_bound"]["relative"], json!(agreement::RELATIVE));
+        // The contrast agrees on `l`: it stays in, and the overlap is too low.
+        let e = run((3000, 1000), 200, Some((3000, 1000, 200)), 25.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is stale") && e.contains("agree on"), "{e}");
+        // The work moved (the hot path went through the other branch) on both trainings: stale,
+        // though the loop is left out.
+        let e = run((1000, 3000), 200, Some((1000, 3000, 120)), 25.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is stale") && e.contains("refresh-it"), "{e}");
+        // Two trainings that agree on too little judge nothing.
+        let e = run((3000, 1000), 200, Some((5000, 100, 120)), 25.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("agree on only"), "{e}");
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
+
+    #[test]
     fn a_profile_without_work_is_gated_on_every_function_or_refused() {
         let (dir, _) = pinned_llvm("check-all");
         // Only a closure counts: nothing is left of the work.
@@ -263,6 +322,8 @@ pub(crate) mod tests {
                 fresh: fresh.clone(),
                 min_overlap: 99.0,
                 overlap,
+                contrast: None,
+                min_stable_pct: 25.0,
                 refresh_command: "refresh-it".into(),
                 verdict: dir.join("verdict.json"),
                 training: None,

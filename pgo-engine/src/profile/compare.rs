@@ -5,6 +5,7 @@
 use anyhow::Result;
 use std::path::PathBuf;
 
+use super::agreement::{Counter, MachineBound};
 use super::{Counters, Function, Kind, Profile};
 use crate::json_file;
 
@@ -48,15 +49,26 @@ fn share(f: &Function, total: u64) -> f64 {
     }
 }
 
-/// The edge overlap, in percent, of the functions `keep` names, each profile normalized by their
+/// The edge overlap, in percent, of the counters `keep` names, each profile normalized by their
 /// counts: a function whose hash or number of counters changed, or that one profile lacks, adds
 /// nothing; 0 when either profile has no counts there.
-fn overlap(base: &Profile, test: &Profile, keep: impl Fn(&str) -> bool) -> f64 {
+pub fn overlap_of(base: &Profile, test: &Profile, keep: impl Fn(&str, Counter<'_>) -> bool) -> f64 {
     let total = |p: &Profile| -> u64 {
         p.functions
             .iter()
-            .filter(|(n, _)| keep(n))
-            .map(|(_, f)| f.total())
+            .map(|(n, f)| match &f.counters {
+                Counters::Positional(v) => v
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| keep(n, Counter::At(i)))
+                    .map(|(_, c)| c)
+                    .sum::<u64>(),
+                Counters::Keyed(m) => m
+                    .iter()
+                    .filter(|(k, _)| keep(n, Counter::Key(k)))
+                    .map(|(_, c)| c)
+                    .sum(),
+            })
             .sum()
     };
     let (bt, tt) = (total(base), total(test));
@@ -65,22 +77,32 @@ fn overlap(base: &Profile, test: &Profile, keep: impl Fn(&str) -> bool) -> f64 {
     }
     let min = |x: u64, y: u64| (x as f64 / bt as f64).min(y as f64 / tt as f64);
     let mut sum = 0.0;
-    for (name, b) in base.functions.iter().filter(|(n, _)| keep(n)) {
+    for (name, b) in &base.functions {
         let Some(t) = test.functions.get(name).filter(|t| t.hash == b.hash) else {
             continue;
         };
         sum += match (&b.counters, &t.counters) {
-            (Counters::Positional(x), Counters::Positional(y)) if x.len() == y.len() => {
-                x.iter().zip(y).map(|(&x, &y)| min(x, y)).sum::<f64>()
-            }
+            (Counters::Positional(x), Counters::Positional(y)) if x.len() == y.len() => x
+                .iter()
+                .zip(y)
+                .enumerate()
+                .filter(|&(i, _)| keep(name, Counter::At(i)))
+                .map(|(_, (&x, &y))| min(x, y))
+                .sum::<f64>(),
             (Counters::Keyed(x), Counters::Keyed(y)) => x
                 .iter()
+                .filter(|(k, _)| keep(name, Counter::Key(k)))
                 .filter_map(|(k, &c)| y.get(k).map(|&d| min(c, d)))
                 .sum::<f64>(),
             _ => 0.0,
         };
     }
     sum * 100.0
+}
+
+/// The edge overlap of the functions `keep` names, every counter of theirs.
+fn overlap(base: &Profile, test: &Profile, keep: impl Fn(&str) -> bool) -> f64 {
+    overlap_of(base, test, |name, _| keep(name))
 }
 
 /// Crates whose functions run as often as the event loop goes round and tasks are woken: the
@@ -260,6 +282,10 @@ pub struct CompareArgs {
     /// Also write the comparison as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// A second training of TEST's binary under another perturbation: also print the overlap
+    /// over the counters TEST and it agree on (the freshness check's `--overlap stable`).
+    #[arg(long)]
+    pub contrast: Option<PathBuf>,
 }
 
 /// `pgo-engine compare`: how TEST differs from BASE.
@@ -268,8 +294,19 @@ pub fn compare_cli(a: &CompareArgs) -> Result<()> {
     let test = Profile::read(a.kind, &a.test)?;
     let c = compare(&base, &test, a.top);
     print!("{}", describe(a.kind, &c, a.top));
+    let mut value = serde_json::to_value(&c)?;
+    if let Some(path) = &a.contrast {
+        let bound = MachineBound::measure(&test, &Profile::read(a.kind, path)?);
+        let stable = overlap_of(&base, &test, |n, c| bound.is_stable(n, c));
+        println!(
+            "machine-bound (TEST and the contrast disagree): {:.3}% of TEST's counts; overlap of the rest {stable:.3}%",
+            bound.bound_pct()
+        );
+        value["stable_overlap_pct"] = serde_json::json!(stable);
+        value["machine_bound_pct"] = serde_json::json!(bound.bound_pct());
+    }
     if let Some(p) = &a.json {
-        json_file::write(p, &serde_json::to_value(&c)?)?;
+        json_file::write(p, &value)?;
     }
     Ok(())
 }

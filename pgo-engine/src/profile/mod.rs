@@ -5,6 +5,7 @@
 //! (`bolt`). The freshness checks and the pin use this; the manifests that pin a profile to its
 //! toolchain and sources are in `pinned`.
 
+pub mod agreement;
 pub mod bolt;
 pub mod compare;
 

@@ -152,6 +152,18 @@ fn provenance(p: &Used, built_from: &str) -> Value {
             v["reason"] = Value::Null;
             v["freshness_check"] = verdict["verdict"].clone();
             v["min_overlap_pct"] = verdict["min_overlap_pct"].clone();
+            // What the check gated on: the counters a contrast training agreed on ("stable"),
+            // with its tolerance, or the names rule ("work"), or every counter.
+            v["overlap_of"] = verdict["overlap_of"].clone();
+            v["machine_bound"] = verdict["machine_bound"].clone();
+            // Where the profile was trained, and the other machines whose trainings agreed with
+            // it (`pgo-engine vouch`): committed with the profile, so the marker does not depend
+            // on the builder that checked it, whose CPU and overlaps are in its build log.
+            v["pinned_on"] = json!({
+                "host": m["training"]["host"].clone(),
+                "seconds": m["training"]["machine"]["seconds"].clone(),
+            });
+            v["vouched_on"] = m.get("vouched").cloned().unwrap_or_else(|| json!([]));
         }
         Origin::TrainedInBuild { reason } => {
             v["provenance"] = json!(TRAINED_IN_BUILD);
