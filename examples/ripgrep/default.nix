@@ -28,8 +28,4 @@ lib.buildChain {
   profiles = ./profiles;
   profilesLocation = "examples/ripgrep/profiles";
   refreshCommand = "nix/offline/refresh-profiles --chain examples.ripgrep";
-  thresholds = {
-    # rg is not async: every function counts work (the engine's `check --overlap all`).
-    overlap = "all";
-  };
 }

@@ -1,8 +1,11 @@
 # Stages 2 and 6, the training checks: train afresh in the sandbox (training-run.nix, failing
-# closed), then compare the fresh profile with the pinned one the build
-# consumes. The pinned profile is stale when a fresh training overlaps its work (the functions
-# that count the requests' work, not the runtime's scheduling) by less than training noise and
-# the difference between machines explain, or (LLVM) when any function's control-flow hash changed; the failure names the
+# closed), then compare the fresh profile with the pinned one the build consumes. With overlap
+# "stable" the stage trains twice, the second time under a perturbation of the builder
+# (contrast.nix), and the counters the two trainings disagree on (what this builder's timing
+# moves: the event loop's turns, read batching, timers) are left out of the overlap. The pinned
+# profile is stale when a fresh training overlaps it by less than training noise and the
+# difference between machines explain, or (LLVM) when a function either training ran changed its
+# control-flow hash, or a function the pinned profile does not know ran; the failure names the
 # refresh command. The output is only the verdict and the sha256 of the pinned profile it vouches
 # for, so a rebuild (`--check`) writes the same bytes even though every training run counts a
 # little differently; the measured overlap is in the build log.
@@ -23,17 +26,39 @@
   # Output of the pinned-profile stage of `kind` (its profile file and manifest.json, verified).
   pinned,
   # Least overlap, in percent, of a fresh training with the pinned profile (nix/README.md says how
-  # the gateway's was derived from trainings measured on one machine and on two), over `overlap`:
-  # "work" (the functions that count the requests' work, not an async runtime's scheduling) or
-  # "all" (every function: a crate without an async runtime).
+  # the gateway's was derived from trainings measured on two CPUs and under perturbations), over
+  # `overlap`: "stable" (the counters the contrast training agrees on), "work" (the functions
+  # `pgo-engine`'s names rule says count the requests' work) or "all" (every counter).
   minOverlap,
-  overlap ? "work",
+  overlap ? "stable",
   # The command that refreshes the pinned profiles, named when they are stale.
   refreshCommand,
   # Stages this one runs after, though it reads nothing of them: the LLVM check is built before
   # the BOLT one, so that the two trainings never run beside each other.
   after ? [ ],
 }:
+let
+  run = import ./training-run.nix;
+  contrast = import ./contrast.nix { inherit (toolchain.tools) taskset; };
+  contrastRun =
+    if overlap != "stable" then
+      ""
+    else
+      ''
+        main_fresh="$fresh/$fresh_file"
+        main_training=$training
+        main_profiles=$profiles
+        ${contrast.start}
+        echo "stage $stage: contrast training, ${contrast.what}"
+        ${run { inherit toolchain kind binary instrumented command engine; label = "contrast-"; prefix = "$contrast_prefix"; }}
+        ${contrast.stop}
+        contrast_fresh="$fresh/$fresh_file"
+        contrast_dirs="$training $fresh $profiles"
+        fresh=''${main_fresh%/*}
+        training=$main_training
+        profiles=$main_profiles
+      '';
+in
 toolchain.runStage {
   inherit name;
   script = ''
@@ -41,7 +66,8 @@ toolchain.runStage {
     mkdir -p "$out"
     attempt=1
     while :; do
-      ${import ./training-run.nix { inherit toolchain kind binary instrumented command engine; }}
+      ${run { inherit toolchain kind binary instrumented command engine; }}
+      ${contrastRun}
       rc=0
       ${engine}/bin/pgo-engine check \
         --kind ${kind} \
@@ -49,6 +75,7 @@ toolchain.runStage {
         --fresh "$fresh/$fresh_file" \
         --min-overlap ${toString minOverlap} \
         --overlap ${overlap} \
+        ${if overlap == "stable" then "--contrast \"$contrast_fresh\" \\" else "\\"}
         --refresh-command ${builtins.toJSON refreshCommand} \
         --verdict "$out/verdict.json" \
         --training "$training/record.json" \
@@ -62,7 +89,7 @@ toolchain.runStage {
         attempt=$((attempt + 1))
         ${engine}/bin/pgo-engine wait-quiet --timeout-s 600
         echo "stage $stage: training again, attempt $attempt of 3"
-        rm -rf "$training" "$fresh" "$profiles"
+        rm -rf "$training" "$fresh" "$profiles" ''${contrast_dirs:-}
         continue
       fi
       fail "the freshness check of the pinned ${kind} profile failed (see above)"

@@ -9,7 +9,9 @@
 # profile (`llvm-profdata merge --text`, sorted by function), or BOLT's fdata sorted (merge-fdata
 # prints its map in hash order, so the same profiles in another order would give other bytes).
 # Leaves the merged profile at "$fresh/$fresh_file" and the record at "$training/record.json".
-# Needs the stage prologue's `fail`.
+# Needs the stage prologue's `fail`. A second run in one stage (the training check's contrast
+# training, contrast.nix) passes `label` for directories of its own and `prefix` to run the whole
+# training under a perturbation.
 {
   toolchain,
   # "llvm" (profraw via LLVM_PROFILE_FILE) or "bolt" (fdata at the relative path baked in by
@@ -23,6 +25,10 @@
   command,
   # The engine (bin/pgo-engine).
   engine,
+  # Prefix of the run's directories under $TMPDIR, and a command prefix (shell words) of the
+  # engine's `train`, which runs the whole training under it.
+  label ? "",
+  prefix ? "",
 }:
 let
   inherit (toolchain) tools;
@@ -53,12 +59,12 @@ let
       '';
 in
 ''
-  training="$TMPDIR/training"
-  profiles="$TMPDIR/profiles"
-  fresh="$TMPDIR/fresh"
+  training="$TMPDIR/${label}training"
+  profiles="$TMPDIR/${label}profiles"
+  fresh="$TMPDIR/${label}fresh"
   mkdir -p "$training" "$fresh" "$profiles"
   echo "stage $stage: training in $TMPDIR (profiles written to $profiles)"
-  ${engine}/bin/pgo-engine train \
+  ${prefix}${if prefix == "" then "" else " "}${engine}/bin/pgo-engine train \
     --kind ${kind} \
     --binary ${instrumented}/bin/${binary} \
     --profile-dir "$profiles" \

@@ -106,6 +106,27 @@ let
     '';
   };
 
+  # The repository's shapes with every streaming shape at a tenth of its requests: no code
+  # changed and every request path is still trained (the coverage gate passes), but the training's
+  # hot path moved from the streams to the plain requests, as a changed config default or a
+  # reweighted shape set would move it.
+  shapesHotPathMoved = toolchain.runStage {
+    name = "shapes-hot-path-moved";
+    script = ''
+      cp -r ${shapes} "$out"
+      chmod -R u+w "$out"
+      moved=0
+      for f in "$out"/*.json; do
+        grep -q '"stream": true' "$f" || continue
+        n=$(sed -n 's/.*"requests": \([0-9]*\).*/\1/p' "$f")
+        [ -n "$n" ] || fail "no requests in $f: this test needs another way to move the hot path"
+        sed -i "s/\"requests\": $n/\"requests\": $((n / 10))/" "$f"
+        moved=$((moved + 1))
+      done
+      [ "$moved" -ge 10 ] || fail "only $moved streaming shapes: choose another way to move the hot path"
+    '';
+  };
+
   # The LLVM training check of chain `c` (nix/pipeline.nix) on `instrumented`, against `pinned`.
   llvmCheckIn =
     c: { name ? "gateway-training", instrumented, pinned }:
@@ -371,6 +392,23 @@ in
   # coverage gate it depends on fails, naming each combination left cold.
   coverage-shapes-removed =
     (import ../offline/default.nix (args // { shapes = shapesWithoutSome; })).gateway-profile-fresh;
+
+  # No code changed, but the training's hot path moved (the streaming shapes at a tenth of their
+  # requests): the pinned profiles describe another workload, and both training checks fail on
+  # the overlap, though neither the hash check nor the PGO build's warnings see anything.
+  hot-path-moved-llvm = (import ../offline/default.nix (args // { shapes = shapesHotPathMoved; })).gateway-training;
+  # The BOLT check on its own: in the chain it runs only after the LLVM check has passed.
+  hot-path-moved-bolt = chain.stages.training-check {
+    name = "gateway-bolt-training";
+    kind = "bolt";
+    binary = "gateway";
+    instrumented = chain.gateway-bolt-instrumented;
+    pinned = chain.gateway-bolt-profile;
+    command = chain.stages.training { inherit (chain) trainer; shapes = shapesHotPathMoved; };
+    engine = chain.pgo-engine;
+    minOverlap = chain.thresholds.boltMinOverlap;
+    inherit (chain) refreshCommand;
+  };
 
   # A hot function of the gateway edited without refreshing the pinned profile: LLVM reports
   # its hash mismatch while the PGO stage builds, and the stage fails naming the refresh command.

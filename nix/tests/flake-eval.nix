@@ -142,6 +142,7 @@ let
           };
         };
       valgrind = pkg "valgrind";
+      util-linux = pkg "util-linux";
       qemu-user = pkg "qemu-user";
       # nixpkgs' cross package set: its cc links for aarch64 (a prefixed driver), and its host
       # platform's emulator, given the build platform's packages, is a qemu-user binary.
@@ -675,7 +676,7 @@ let
         && tools.mergeFdata == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/bin/merge-fdata"
         && tools.boltRuntimeLib == "${fakeNixpkgs.legacyPackages.${system}.llvmPackages_22.bolt}/lib/libbolt_rt_instr.a"
       ))
-      (check (s "stages run the tools by those paths (profdata in the training runs, bolt + runtime, merge-fdata, redis-server)") (
+      (check (s "stages run the tools by those paths (profdata in the training runs, bolt + runtime, merge-fdata, redis-server, taskset for the contrast training)") (
         hasInfix tools.llvmProfdata (scriptOf P.gateway-profile-fresh)
         && hasInfix tools.llvmBolt (scriptOf P.gateway-bolt-instrumented)
         && hasInfix tools.boltRuntimeLib (scriptOf P.gateway-bolt-instrumented)
@@ -687,7 +688,12 @@ let
           hasInfix tools.llvmProfdata (scriptOf P.gateway-training)
           && hasInfix tools.mergeFdata (scriptOf P.gateway-bolt-training)
           && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-training)
-          && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-training)))
+          && hasInfix "--redis-server ${tools.redisServer}" (scriptOf P.gateway-bolt-training)
+          # The contrast training: on one CPU by nixpkgs' taskset, its profile given to the check.
+          && tools.taskset == "${fakeNixpkgs.legacyPackages.${system}.util-linux}/bin/taskset"
+          && all (c: hasInfix "${tools.taskset} -c" (scriptOf c) && hasInfix "--overlap stable" (scriptOf c)
+                     && hasInfix "--contrast \"$contrast_fresh\"" (scriptOf c))
+            [ P.gateway-training P.gateway-bolt-training ]))
       ))
       (check (s "versions checks every tool, the LLVM majors and the linker") (
         all (t: hasInfix t (scriptOf P.versions)) [

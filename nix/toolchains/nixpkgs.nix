@@ -174,6 +174,8 @@ let
     # The shared quota store of the `shared-limits` training shapes (and of the gateway's tests).
     redisServer = "${pkgs.redis}/bin/redis-server";
     valgrind = "${pkgs.valgrind}/bin/valgrind";
+    # The training checks' contrast training runs on one CPU (nix/stages/contrast.nix).
+    taskset = "${pkgs.util-linux}/bin/taskset";
   };
 
   prologue = import ./stage-prologue.nix;

@@ -31,6 +31,9 @@
   redisServer ? "/usr/bin/redis-server",
   # Debian's valgrind, for the instruction-count gate.
   valgrind ? "/usr/bin/valgrind",
+  # util-linux's taskset: the training checks' contrast training runs on one CPU
+  # (nix/stages/contrast.nix).
+  taskset ? "/usr/bin/taskset",
   system ? "x86_64-linux",
   # The target the gateway is built for, and the builder's own (the trainer's, which runs here).
   target ? "x86_64-unknown-linux-gnu",
@@ -139,7 +142,7 @@ let
       '';
     };
 
-  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf llvmNm llvmObjcopy boltRuntimeLib redisServer valgrind; };
+  tools = { inherit llvmProfdata llvmBolt mergeFdata readelf llvmNm llvmObjcopy boltRuntimeLib redisServer valgrind taskset; };
 
   # Read each tool's own version and refuse a mismatch before any stage uses it.
   versions = runStage {
