@@ -81,9 +81,10 @@
 
   # The gates' thresholds (nix/README.md, "Thresholds", says how the defaults were measured on
   # the gateway): the least overlap, in percent, of a fresh training with the pinned profile
-  # (llvmMinOverlap, boltMinOverlap: 97.0), over which counters (overlap: "stable", those a second
-  # training of the same binary on one CPU beside a busy loop agrees on, so that what the
-  # builder's timing moves is measured and left out, nix/stages/contrast.nix; "work", the
+  # (llvmMinOverlap, boltMinOverlap: 97.0), over which counters (overlap: "stable", those two
+  # contrast trainings of the same binary agree on, on one CPU beside a busy loop and with the
+  # training command so and the binary alone on another CPU, so that what the builder's timing
+  # moves is measured and left out, nix/stages/contrast.nix; "work", the
   # functions the engine's names rule says count work; "all"), and the least reduction of
   # instructions on the holdout, PGO+BOLT vs plain (minInstructionReduction: 5).
   thresholds ? { },

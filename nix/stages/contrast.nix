@@ -1,38 +1,87 @@
-# The contrast training of a training check (training-check.nix): the same training command on the
-# same instrumented binary, run a second time under a perturbation of the builder, so that the
+# The contrast trainings of a training check (training-check.nix): the same training command on
+# the same instrumented binary, run again under perturbations of the builder, so that the
 # freshness check can measure which counters follow the machine rather than the code
-# (`pgo-engine check --overlap stable --contrast`, pgo-engine/src/profile/agreement.rs) and leave
-# them out of its overlap with the pinned profile.
+# (`pgo-engine check --overlap stable --contrast ...`, pgo-engine/src/profile/agreement.rs) and
+# leave them out of its overlap with the pinned profile.
 #
-# The perturbation is the whole training on one CPU, a busy loop beside it on that CPU: the
-# event loop then goes round at another rate than in the first training (fewer wake-ups batch
-# more, reads find other amounts), which moves the counters that another machine's speed moves.
-# Measured on an Intel Xeon against profiles pinned on an AMD EPYC (nix/README.md, Thresholds;
-# `bench/training-perturbations` reproduces the table): with this contrast the pinned profiles'
-# overlap with the fresh training is 98.7% (BOLT) and 99.1% (LLVM), where every counter gave
-# 92.0% and 97.5%. The busy loop makes it work on a one-CPU builder too, where `taskset` alone
-# would change nothing. The CPU is the first of those the stage may run on.
+# Two perturbations that move the machine's counters in opposite directions, so that whichever
+# way this builder's first training went, one of them differs from it (nix/README.md,
+# Thresholds; `bench/training-perturbations` measures them):
+# - slow-binary: the whole training on one CPU beside a busy loop: the binary shares a CPU with
+#   its driver, batches more, and its event loop goes round less often than on a quiet builder;
+# - slow-driver: the training command (the driver, the gateway's mock) on one CPU beside a busy
+#   loop, the binary alone on another: requests trickle in, and the event loop goes round more
+#   often, as it did on the AMD EPYC that pinned the gateway's profiles. It needs two CPUs; a
+#   one-CPU builder runs the first alone.
+# Measured on an Intel Xeon against those profiles: with both as contrasts the stable overlap is
+# 98.7-99.6% whatever perturbation the first training ran under, where a single contrast fell to
+# 95.2% when the first training had run like it (a busy builder).
 #
 # Snippets of a stage script (they need the stage prologue's `fail`):
 {
-  # `util-linux`'s taskset, by absolute path (the toolchain's tools.taskset).
+  # util-linux's taskset, by absolute path (the toolchain's tools.taskset).
   taskset,
 }:
-{
-  what = "on one CPU beside a busy loop";
-  # Starts the busy loop and sets $contrast_prefix, the command prefix of the training.
-  start = ''
-    contrast_cpu=$(${taskset} -pc $$ | sed 's/.*: *//; s/[,-].*//')
-    [ -n "$contrast_cpu" ] || fail "the contrast training cannot tell which CPU it may run on"
+let
+  # Sets $contrast_cpu (the first CPU the stage may run on) and $contrast_other (another, or
+  # empty), from the stage's affinity list ("0-3", "0,2", "5").
+  cpus = ''
+    contrast_busy=""
+    contrast_cpus=$(${taskset} -pc $$ | sed 's/.*: *//')
+    contrast_cpu=''${contrast_cpus%%[,-]*}
+    [ -n "$contrast_cpu" ] || fail "the contrast trainings cannot tell which CPUs they may run on ($contrast_cpus)"
+    case "''${contrast_cpus#"$contrast_cpu"}" in
+      -*) contrast_other=$((contrast_cpu + 1)) ;;
+      ,*) contrast_other=''${contrast_cpus#*,}; contrast_other=''${contrast_other%%[,-]*} ;;
+      *) contrast_other="" ;;
+    esac
+  '';
+  # A busy loop on $contrast_cpu until `stop`.
+  busy = ''
     ${taskset} -c "$contrast_cpu" "$BASH" -c 'while :; do :; done' &
     contrast_busy=$!
     trap 'kill $contrast_busy 2>/dev/null || true' EXIT
-    contrast_prefix="${taskset} -c $contrast_cpu"
-    echo "stage $stage: contrast training on CPU $contrast_cpu beside a busy loop"
   '';
   stop = ''
     kill "$contrast_busy" 2>/dev/null || true
     wait "$contrast_busy" 2>/dev/null || true
     trap - EXIT
   '';
+in
+{
+  inherit cpus;
+  # Each: `start` sets $contrast_prefix (the training's command prefix) and $contrast_binary (the
+  # binary the command is given: the instrumented one, or a wrapper of it), or sets
+  # $contrast_skip with the reason it cannot run here; `stop` undoes it.
+  perturbations = [
+    {
+      name = "slow-binary";
+      what = "the whole training on one CPU beside a busy loop";
+      start = binary: ''
+        contrast_skip=""
+        ${busy}
+        contrast_prefix="${taskset} -c $contrast_cpu"
+        contrast_binary=${binary}
+      '';
+      inherit stop;
+    }
+    {
+      name = "slow-driver";
+      what = "the training command on one CPU beside a busy loop, the binary alone on another";
+      start = binary: ''
+        contrast_skip=""
+        if [ -z "$contrast_other" ]; then
+          contrast_skip="one CPU only ($contrast_cpus): the binary cannot run apart from its driver"
+        else
+          ${busy}
+          contrast_prefix="${taskset} -c $contrast_cpu"
+          mkdir -p "$TMPDIR/slow-driver-bin"
+          contrast_binary="$TMPDIR/slow-driver-bin/$(basename ${binary})"
+          printf '#!%s\nexec %s -c %s %s "$@"\n' "$BASH" "${taskset}" "$contrast_other" "${binary}" > "$contrast_binary"
+          chmod +x "$contrast_binary"
+        fi
+      '';
+      inherit stop;
+    }
+  ];
 }

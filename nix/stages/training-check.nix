@@ -40,6 +40,7 @@
 let
   run = import ./training-run.nix;
   contrast = import ./contrast.nix { inherit (toolchain.tools) taskset; };
+  # Each contrast training in its own directories; the check gets every profile they leave.
   contrastRun =
     if overlap != "stable" then
       ""
@@ -48,12 +49,21 @@ let
         main_fresh="$fresh/$fresh_file"
         main_training=$training
         main_profiles=$profiles
-        ${contrast.start}
-        echo "stage $stage: contrast training, ${contrast.what}"
-        ${run { inherit toolchain kind binary instrumented command engine; label = "contrast-"; prefix = "$contrast_prefix"; }}
-        ${contrast.stop}
-        contrast_fresh="$fresh/$fresh_file"
-        contrast_dirs="$training $fresh $profiles"
+        contrast_args=()
+        contrast_dirs=""
+        ${contrast.cpus}
+      '' + builtins.concatStringsSep "" (map (p: ''
+        ${p.start "${instrumented}/bin/${binary}"}
+        if [ -n "$contrast_skip" ]; then
+          echo "stage $stage: no ${p.name} contrast training: $contrast_skip"
+        else
+          echo "stage $stage: ${p.name} contrast training, ${p.what} (CPUs $contrast_cpus)"
+          ${run { inherit toolchain kind binary instrumented command engine; label = "${p.name}-"; prefix = "$contrast_prefix"; program = "$contrast_binary"; }}
+          ${p.stop}
+          contrast_args+=(--contrast "$fresh/$fresh_file")
+          contrast_dirs="$contrast_dirs $training $fresh $profiles"
+        fi
+      '') contrast.perturbations) + ''
         fresh=''${main_fresh%/*}
         training=$main_training
         profiles=$main_profiles
@@ -75,7 +85,7 @@ toolchain.runStage {
         --fresh "$fresh/$fresh_file" \
         --min-overlap ${toString minOverlap} \
         --overlap ${overlap} \
-        ${if overlap == "stable" then "--contrast \"$contrast_fresh\" \\" else "\\"}
+        ${if overlap == "stable" then "\"\${contrast_args[@]}\" \\" else "\\"}
         --refresh-command ${builtins.toJSON refreshCommand} \
         --verdict "$out/verdict.json" \
         --training "$training/record.json" \

@@ -25,10 +25,12 @@
   command,
   # The engine (bin/pgo-engine).
   engine,
-  # Prefix of the run's directories under $TMPDIR, and a command prefix (shell words) of the
-  # engine's `train`, which runs the whole training under it.
+  # Prefix of the run's directories under $TMPDIR, a command prefix (shell words) of the engine's
+  # `train`, which runs the whole training under it, and the binary the command is given
+  # (default: the instrumented one; a contrast training may give a wrapper of it).
   label ? "",
   prefix ? "",
+  program ? "${instrumented}/bin/${binary}",
 }:
 let
   inherit (toolchain) tools;
@@ -66,7 +68,7 @@ in
   echo "stage $stage: training in $TMPDIR (profiles written to $profiles)"
   ${prefix}${if prefix == "" then "" else " "}${engine}/bin/pgo-engine train \
     --kind ${kind} \
-    --binary ${instrumented}/bin/${binary} \
+    --binary ${program} \
     --profile-dir "$profiles" \
     --record "$training/record.json" \
     -- "$BASH" -c ${import ../lib/shell-quote.nix command} \

@@ -692,7 +692,8 @@ let
           # The contrast training: on one CPU by nixpkgs' taskset, its profile given to the check.
           && tools.taskset == "${fakeNixpkgs.legacyPackages.${system}.util-linux}/bin/taskset"
           && all (c: hasInfix "${tools.taskset} -c" (scriptOf c) && hasInfix "--overlap stable" (scriptOf c)
-                     && hasInfix "--contrast \"$contrast_fresh\"" (scriptOf c))
+                     && hasInfix "contrast_args+=(--contrast" (scriptOf c)
+                     && hasInfix "slow-driver contrast training" (scriptOf c))
             [ P.gateway-training P.gateway-bolt-training ]))
       ))
       (check (s "versions checks every tool, the LLVM majors and the linker") (

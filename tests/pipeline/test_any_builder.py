@@ -27,7 +27,7 @@ def checked(proc, kind):
     """The check passed and printed its stable overlap; returns it."""
     assert proc.returncode == 0, proc.stdout[-5000:]
     assert "freshness check passed" in proc.stdout, proc.stdout[-3000:]
-    found = re.findall(r"overlap of the counters both trainings agree on: ([0-9.]+)%", proc.stdout)
+    found = re.findall(r"overlap of the counters the trainings agree on: ([0-9.]+)%", proc.stdout)
     assert found, proc.stdout[-3000:]
     pinned_on = json.loads((PINNED / kind / "manifest.json").read_text())["training"]["host"]["cpu_model"]
     here = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
@@ -37,18 +37,20 @@ def checked(proc, kind):
 
 @pytest.mark.parametrize("kind", sorted(CHECKS))
 def test_check_passes_with_the_training_on_one_cpu(pgo_bolt, kind):
-    """The whole build on CPU 0: both trainings run there (the contrast beside its busy loop)."""
+    """The whole build on CPU 0: every training runs there (a one-CPU builder): the slow-binary
+    contrast beside its busy loop, and no slow-driver contrast, which needs a second CPU."""
     proc = subprocess.run(
         ["taskset", "-c", "0", str(BUILD), CHECKS[kind], "--check", "--no-out-link"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800,
     )
-    assert f"stage {CHECKS[kind]}: contrast training on CPU 0 beside a busy loop" in proc.stdout, proc.stdout[-3000:]
+    assert f"stage {CHECKS[kind]}: slow-binary contrast training" in proc.stdout, proc.stdout[-3000:]
+    assert f"stage {CHECKS[kind]}: no slow-driver contrast training: one CPU only (0)" in proc.stdout, proc.stdout[-3000:]
     checked(proc, kind)
 
 
 @pytest.mark.parametrize("kind", sorted(CHECKS))
 def test_check_passes_beside_busy_loops(pgo_bolt, kind):
-    """A busy loop on every CPU while the check trains (a loaded builder)."""
+    """A busy loop on every CPU while the check trains (a loaded builder): both contrasts run."""
     loops = busy_loops(range(os.cpu_count() or 1))
     try:
         proc = offline_build(CHECKS[kind], "--check", "--no-out-link", check=False, timeout=1800)
@@ -56,6 +58,7 @@ def test_check_passes_beside_busy_loops(pgo_bolt, kind):
         for p in loops:
             p.kill()
             p.wait()
+    assert f"stage {CHECKS[kind]}: slow-driver contrast training" in proc.stdout, proc.stdout[-3000:]
     checked(proc, kind)
 
 
@@ -67,7 +70,7 @@ def test_proof_marker_says_where_profiles_were_pinned_and_checked(pgo_bolt):
         p = proof["profiles"][kind]
         manifest = json.loads((PINNED / kind / "manifest.json").read_text())
         assert p["overlap_of"] == "stable", p
-        assert p["machine_bound"]["measured_by"] == "a contrast training", p
+        assert p["machine_bound"]["measured_by"] == "contrast trainings", p
         assert p["pinned_on"]["host"] == manifest["training"]["host"], p
         assert p["vouched_on"] == manifest.get("vouched", []), p
         for v in p["vouched_on"]:

@@ -36,8 +36,8 @@ CASES = {
     "stale-bolt-profile": ("stage gateway-bolt-training", "is stale", "overlaps the pinned profile by", REFRESH),
     "hot-function-edited-without-refresh": ("stage gateway-pgo", "hash mismatch", REFRESH),
     # No code changed, but the training's hot path moved (streaming shapes at a tenth).
-    "hot-path-moved-llvm": ("stage gateway-training", "is stale", "in the counters two trainings on this builder agree on", REFRESH),
-    "hot-path-moved-bolt": ("stage gateway-bolt-training", "is stale", "in the counters two trainings on this builder agree on", REFRESH),
+    "hot-path-moved-llvm": ("stage gateway-training", "is stale", "in the counters the trainings on this builder agree on", REFRESH),
+    "hot-path-moved-bolt": ("stage gateway-bolt-training", "is stale", "in the counters the trainings on this builder agree on", REFRESH),
     "hyper-function-edited-without-refresh": ("stage gateway-pgo", "hash mismatch", REFRESH),
     # Shapes removed: the coverage gate fails before the refresh trains, naming the combinations.
     "coverage-shapes-removed": (

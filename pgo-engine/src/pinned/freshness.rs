@@ -40,12 +40,12 @@ pub struct CheckArgs {
     /// names left out) or `all`.
     #[arg(long, value_enum, default_value = "work")]
     pub overlap: Overlap,
-    /// A second fresh training of the same binary, run under another perturbation of the
-    /// builder (`--overlap stable` needs it).
+    /// Further fresh trainings of the same binary, each run under another perturbation of the
+    /// builder (repeatable; `--overlap stable` needs one at least).
     #[arg(long)]
-    pub contrast: Option<PathBuf>,
+    pub contrast: Vec<PathBuf>,
     /// With `--overlap stable`: the least share, in percent, of the fresh training's counts that
-    /// the two trainings must agree on; below it, too little of the profile is judged.
+    /// the trainings must agree on; below it, too little of the profile is judged.
     #[arg(long, default_value_t = 25.0)]
     pub min_stable_pct: f64,
     #[arg(long)]
@@ -62,7 +62,7 @@ pub struct CheckArgs {
 /// The counters a freshness check's overlap is taken over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Overlap {
-    /// The counters two trainings on this builder agree on: the machine-bound ones measured and
+    /// The counters the trainings on this builder agree on: the machine-bound ones measured and
     /// left out.
     Stable,
     /// The functions that count work, the runtime's scheduling left out.
@@ -136,17 +136,19 @@ pub fn check(a: &CheckArgs) -> Result<()> {
             }
         }
     }
-    let stable_pct = match (a.overlap, &a.contrast) {
-        (Overlap::Stable, None) => bail!(
+    let stable_pct = match (a.overlap, a.contrast.is_empty()) {
+        (Overlap::Stable, true) => bail!(
             "freshness check: --overlap stable needs --contrast, a second training of the same binary under another perturbation"
         ),
-        (_, None) => None,
-        (_, Some(path)) => Some(stable_overlap(a.kind, &pinned, &fresh, path, a.min_stable_pct)?.0),
+        (_, true) => None,
+        (_, false) => Some(
+            stable_overlap(a.kind, &pinned, &fresh, &a.contrast, a.min_stable_pct)?.0,
+        ),
     };
     let (measured, over) = match a.overlap {
         Overlap::Stable => (
             stable_pct.expect("measured above"),
-            "the counters two trainings on this builder agree on",
+            "the counters the trainings on this builder agree on",
         ),
         Overlap::Work => (c.work_overlap_pct, "the functions that count work"),
         Overlap::All => (c.overlap_pct, "all functions"),
@@ -181,7 +183,7 @@ pub fn check(a: &CheckArgs) -> Result<()> {
         "overlap_of": match a.overlap { Overlap::Stable => "stable", Overlap::Work => "work", Overlap::All => "all" },
         "machine_bound": match a.overlap {
             Overlap::Stable => json!({
-                "measured_by": "a contrast training",
+                "measured_by": "contrast trainings",
                 "relative": agreement::RELATIVE,
                 "absolute": agreement::ABSOLUTE,
                 "min_stable_pct": a.min_stable_pct,
@@ -196,20 +198,23 @@ pub fn check(a: &CheckArgs) -> Result<()> {
     Ok(())
 }
 
-/// The overlap of `fresh` with `pinned` over the counters `fresh` and the contrast training
-/// (at `contrast`) agree on, each normalized by those counters' counts, and the share of the
-/// fresh counts the machine moved; prints what it moved. Fails when the two agree on less than
+/// The overlap of `fresh` with `pinned` over the counters `fresh` and every contrast training
+/// (at `contrasts`) agree on, each normalized by those counters' counts, and the share of the
+/// fresh counts the machine moved; prints what it moved. Fails when they agree on less than
 /// `min_stable_pct` of the fresh counts.
 pub(crate) fn stable_overlap(
     kind: Kind,
     pinned: &Profile,
     fresh: &Profile,
-    contrast: &Path,
+    contrasts: &[PathBuf],
     min_stable_pct: f64,
 ) -> Result<(f64, f64)> {
     let name = kind.name();
-    let contrast = Profile::read(kind, contrast)?;
-    let bound = MachineBound::measure(fresh, &contrast);
+    let contrasts = contrasts
+        .iter()
+        .map(|p| Profile::read(kind, p))
+        .collect::<Result<Vec<_>>>()?;
+    let bound = MachineBound::measure(fresh, &contrasts.iter().collect::<Vec<_>>());
     let largest: Vec<String> = bound
         .largest(fresh, 5)
         .iter()
@@ -221,21 +226,21 @@ pub(crate) fn stable_overlap(
         })
         .collect();
     eprintln!(
-        "freshness check: the contrast training (total count {} against {}) disagrees on counters holding {:.2}% of the fresh counts, which the overlap leaves out; most in: {}",
-        contrast.total(),
+        "freshness check: the contrast trainings (total counts {} against {}) disagree with this one on counters holding {:.2}% of its counts, which the overlap leaves out; most in: {}",
+        contrasts.iter().map(|c| c.total().to_string()).collect::<Vec<_>>().join(", "),
         fresh.total(),
         bound.bound_pct(),
         largest.join(", ")
     );
     if 100.0 - bound.bound_pct() < min_stable_pct {
         bail!(
-            "freshness check: the two trainings on this builder agree on only {:.2}% of the fresh {name} counts, less than the {min_stable_pct}% the overlap needs to judge the pinned profile (the machine moved {:.2}% of them; nix/README.md, Thresholds)",
+            "freshness check: the trainings on this builder agree on only {:.2}% of the fresh {name} counts, less than the {min_stable_pct}% the overlap needs to judge the pinned profile (the machine moved {:.2}% of them; nix/README.md, Thresholds)",
             100.0 - bound.bound_pct(),
             bound.bound_pct()
         );
     }
     let pct = overlap_of(pinned, fresh, |name, c| bound.is_stable(name, c));
-    eprintln!("freshness check: overlap of the counters both trainings agree on: {pct:.3}%");
+    eprintln!("freshness check: overlap of the counters the trainings agree on: {pct:.3}%");
     Ok((pct, bound.bound_pct()))
 }
 

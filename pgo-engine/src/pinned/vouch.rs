@@ -26,9 +26,9 @@ pub struct VouchArgs {
     /// A fresh training of the chain's instrumented binary, in the pinned file's format.
     #[arg(long)]
     pub fresh: PathBuf,
-    /// The contrast training: the same binary, trained under another perturbation.
-    #[arg(long)]
-    pub contrast: PathBuf,
+    /// The contrast trainings: the same binary, trained under other perturbations (repeatable).
+    #[arg(long, required = true)]
+    pub contrast: Vec<PathBuf>,
     /// The fresh training's record (`pgo-engine train --record`): the machine it ran on.
     #[arg(long)]
     pub training: PathBuf,
@@ -88,7 +88,7 @@ pub fn vouch(a: &VouchArgs) -> Result<()> {
     m["vouched"] = Value::Array(list);
     json_file::write(&manifest_path, &m)?;
     println!(
-        "vouched for the pinned {} profile on {cpu}: overlap {overlap:.3}% over the counters the contrast agreed on ({bound:.2}% of the counts moved with the machine)",
+        "vouched for the pinned {} profile on {cpu}: overlap {overlap:.3}% over the counters the contrasts agreed on ({bound:.2}% of the counts moved with the machine)",
         a.kind.name()
     );
     Ok(())

@@ -282,10 +282,11 @@ pub struct CompareArgs {
     /// Also write the comparison as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// A second training of TEST's binary under another perturbation: also print the overlap
-    /// over the counters TEST and it agree on (the freshness check's `--overlap stable`).
+    /// Trainings of TEST's binary under other perturbations (repeatable): also print the overlap
+    /// over the counters TEST agrees with all of them on (the freshness check's `--overlap
+    /// stable`).
     #[arg(long)]
-    pub contrast: Option<PathBuf>,
+    pub contrast: Vec<PathBuf>,
 }
 
 /// `pgo-engine compare`: how TEST differs from BASE.
@@ -295,8 +296,13 @@ pub fn compare_cli(a: &CompareArgs) -> Result<()> {
     let c = compare(&base, &test, a.top);
     print!("{}", describe(a.kind, &c, a.top));
     let mut value = serde_json::to_value(&c)?;
-    if let Some(path) = &a.contrast {
-        let bound = MachineBound::measure(&test, &Profile::read(a.kind, path)?);
+    if !a.contrast.is_empty() {
+        let contrasts = a
+            .contrast
+            .iter()
+            .map(|p| Profile::read(a.kind, p))
+            .collect::<Result<Vec<_>>>()?;
+        let bound = MachineBound::measure(&test, &contrasts.iter().collect::<Vec<_>>());
         let stable = overlap_of(&base, &test, |n, c| bound.is_stable(n, c));
         println!(
             "machine-bound (TEST and the contrast disagree): {:.3}% of TEST's counts; overlap of the rest {stable:.3}%",

@@ -152,7 +152,7 @@ fn provenance(p: &Used, built_from: &str) -> Value {
             v["reason"] = Value::Null;
             v["freshness_check"] = verdict["verdict"].clone();
             v["min_overlap_pct"] = verdict["min_overlap_pct"].clone();
-            // What the check gated on: the counters a contrast training agreed on ("stable"),
+            // What the check gated on: the counters the contrast trainings agreed on ("stable"),
             // with its tolerance, or the names rule ("work"), or every counter.
             v["overlap_of"] = verdict["overlap_of"].clone();
             v["machine_bound"] = verdict["machine_bound"].clone();
