@@ -88,11 +88,13 @@ let
     # Least overlap of a fresh training with the pinned profile over the counters its two contrast
     # trainings agree on, in percent (nix/README.md, "Thresholds"): profiles pinned on an AMD EPYC,
     # trained on an Intel Xeon under any perturbation of the table, overlapped by 99.1-99.6%
-    # (LLVM) and 98.7-99.6% (BOLT); the fail-closed stale profiles by 83.7% and 65.5%, the moved
-    # hot path by 67.4% and 64.5%.
+    # (LLVM) and 98.7-99.6% (BOLT), in the chain beside the PGO build by 98.6% (LLVM); the
+    # fail-closed stale profiles by 83.7% and 65.5%, the moved hot path by 67.4% and 64.5%. Each
+    # threshold allows about three times the largest shortfall between the machines (1.4 points)
+    # and is 11 points or more above every stale case.
     thresholds = {
-      llvmMinOverlap = 97.0;
-      boltMinOverlap = 97.0;
+      llvmMinOverlap = 95.0;
+      boltMinOverlap = 95.0;
       inherit minInstructionReduction;
     };
     # Through the emulator, the gateway lists its request paths.
