@@ -1,8 +1,11 @@
 //! `pgo-engine check`: the freshness gate of a training check. A fresh training's profile is
 //! compared with the pinned one; the pinned profile is stale when a function that training runs
 //! changed (LLVM's control-flow hash), when the fresh training ran a function the pinned profile
-//! does not know, or when their overlap of the work is under the threshold. The verdict it writes
-//! is a function of the pinned profile alone, so a training check rebuilds bit-identically.
+//! does not know, or when their overlap is under the threshold: over the counters the fresh
+//! training agrees on with its contrast trainings (`--overlap stable`: what this builder's timing
+//! moves measured and left out, `profile::agreement`), the functions a names rule keeps, or all.
+//! The verdict it writes is a function of the pinned profile and the check's settings alone, so a
+//! training check rebuilds bit-identically on any builder.
 
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
@@ -34,10 +37,10 @@ pub struct CheckArgs {
     /// `--overlap` names.
     #[arg(long)]
     pub min_overlap: f64,
-    /// Which counters the overlap is taken over: `stable` (those a second training of the same
-    /// binary, `--contrast`, agrees with the fresh one on: what the machine moves is measured and
-    /// left out, `profile::agreement`), `work` (the functions `profile::compare::counts_scheduling`
-    /// names left out) or `all`.
+    /// Which counters the overlap is taken over: `stable` (those every `--contrast` training of the
+    /// same binary agrees with the fresh one on: what the machine moves is measured and left out,
+    /// `profile::agreement`), `work` (the functions `profile::compare::counts_scheduling` names
+    /// left out) or `all`.
     #[arg(long, value_enum, default_value = "work")]
     pub overlap: Overlap,
     /// Further fresh trainings of the same binary, each run under another perturbation of the
@@ -259,8 +262,9 @@ impl std::fmt::Display for BusyTraining {
 impl std::error::Error for BusyTraining {}
 
 /// For a stale verdict that only the overlap gives (no function changed): where the pinned
-/// profile and this training ran, since machines of one kind can differ by more than the
-/// threshold (nix/README.md, Thresholds).
+/// profile and this training ran. With `--overlap stable` what this builder moves is left out, so
+/// the likely cause is the workload's hot path (a shape, a config default); a machine whose drift
+/// the contrasts did not reproduce is the other (nix/README.md, Thresholds).
 fn machines_compared(pinned: &Path, training: Option<&Path>) -> String {
     let pinned = json_file::read(&pinned.join("manifest.json"), "pinned manifest")
         .map(|m| m["training"].clone())
@@ -269,7 +273,7 @@ fn machines_compared(pinned: &Path, training: Option<&Path>) -> String {
         .and_then(|t| json_file::read(t, "training record").ok())
         .unwrap_or(Value::Null);
     format!(
-        " (no function changed: the pinned profile's training took {}, this one {}; when the machines differ, that is the likely cause, and pinning again where this check runs is the refresh)",
+        " (no function changed: the pinned profile's training took {}, this one {}; the counters this builder's timing moves are left out when the check has contrast trainings, so the likely cause is a moved hot path (a shape, a config default), and refreshing is the fix; `bench/training-perturbations` shows what a machine moves)",
         trained_where(&pinned),
         trained_where(&fresh)
     )
