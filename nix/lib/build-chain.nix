@@ -84,9 +84,9 @@
   # (llvmMinOverlap, boltMinOverlap: 95.0), over which counters (overlap: "stable", those two
   # contrast trainings of the same binary agree on, on one CPU beside a busy loop and with the
   # training command so and the binary alone on another CPU, so that what the builder's timing
-  # moves is measured and left out, nix/stages/contrast.nix; "work", the
-  # functions the engine's names rule says count work; "all"), and the least reduction of
-  # instructions on the holdout, PGO+BOLT vs plain (minInstructionReduction: 5).
+  # moves is measured and left out, nix/stages/contrast.nix; "work", the functions the engine's
+  # names rule says count work; "all"), and the least reduction of instructions on the holdout,
+  # PGO+BOLT vs plain (minInstructionReduction: 5).
   thresholds ? { },
 
   # The cross target's smoke run through the emulator (nix/stages/emulated.nix): arguments, and

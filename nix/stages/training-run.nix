@@ -9,9 +9,9 @@
 # profile (`llvm-profdata merge --text`, sorted by function), or BOLT's fdata sorted (merge-fdata
 # prints its map in hash order, so the same profiles in another order would give other bytes).
 # Leaves the merged profile at "$fresh/$fresh_file" and the record at "$training/record.json".
-# Needs the stage prologue's `fail`. A second run in one stage (the training check's contrast
-# training, contrast.nix) passes `label` for directories of its own and `prefix` to run the whole
-# training under a perturbation.
+# Needs the stage prologue's `fail`. A further run in one stage (the training check's contrast
+# trainings, contrast.nix) passes `label` for directories of its own, `prefix` to run the whole
+# training under a perturbation and `program` to give the command a wrapper of the binary.
 {
   toolchain,
   # "llvm" (profraw via LLVM_PROFILE_FILE) or "bolt" (fdata at the relative path baked in by
