@@ -28,6 +28,10 @@ args@{
   # Absolute path of nix/offline/vendor-crate's output for the examples (examples/NAME/ ->
   # EXAMPLES/NAME/{crate,vendor}); nix/offline/build passes it for the `examples.*` outputs.
   examplesVendorDir ? null,
+  # The release's source revision (a git commit) and the source's URL, for the release channels
+  # (nix/release/, docs/release.md); null: HEAD of the repository's .git / no `source` label.
+  releaseRevision ? null,
+  releaseSourceUrl ? null,
 }:
 let
   root = ../..;
@@ -172,12 +176,35 @@ let
     profilesLocation = "templates/default/profiles";
   };
 
-  extras = { inherit lib examples templates; };
+  # The release channels (nix/release/, docs/release.md): this target's tarball and OCI image of
+  # gateway-pgo-bolt (`release-target`), and at the top level the release directory of them all,
+  # with SHA256SUMS (`release`; `release-multiarch` with the aarch64 chain's as well).
+  release-target = import ../release/target.nix {
+    inherit toolchain;
+    artifact = chain.gateway-pgo-bolt;
+    notices = import ../release/notices.nix {
+      inherit toolchain rustToolchain;
+      src = cargoSource;
+      vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
+    };
+    exampleConfig = root + "/examples/gateway.json";
+    version = (builtins.fromTOML (builtins.readFile (root + "/Cargo.toml"))).workspace.package.version;
+    revision = if releaseRevision != null then releaseRevision else import ../release/git-revision.nix root;
+    sourceUrl = releaseSourceUrl;
+  };
+  releaseOf = targets: import ../release/dist.nix {
+    inherit toolchain targets;
+    engine = chain.pgo-engine;
+  };
+
+  extras = { inherit lib examples templates release-target; };
 in
 if target == "x86_64-unknown-linux-gnu" then
   chain // extras // {
     inherit aarch64;
     gateway-pgo-bolt-aarch64 = aarch64.gateway-pgo-bolt;
+    release = releaseOf [ release-target ];
+    release-multiarch = releaseOf [ release-target aarch64.release-target ];
   }
 else
   chain // extras
