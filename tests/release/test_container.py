@@ -10,7 +10,6 @@ import pathlib
 import resource
 import shutil
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -18,7 +17,6 @@ import uuid
 
 import pytest
 
-from nixchain import ROOT
 
 HERE = pathlib.Path(__file__).resolve().parent
 WRAPPER = HERE / "podman-gateway"
@@ -82,18 +80,10 @@ def test_image_labels_as_podman_reads_them(image, release_json):
     print(f"image size (podman): {info['Size']} bytes")
 
 
-def test_sdk_suite_passes_against_the_gateway_in_the_container(image, trainer):
+def test_sdk_suite_passes_against_the_gateway_in_the_container(image, kit):
     """tests/gateway/test_sdk_conformance.py as it is, its gateway started by podman."""
-    env = dict(run_env(), GATEWAY_BIN=str(WRAPPER), TRAINER_BIN=str(trainer))
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-         str(ROOT / "tests" / "gateway" / "test_sdk_conformance.py")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    tail = proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert proc.returncode == 0, tail
-    summary = proc.stdout.strip().splitlines()[-1]
-    assert " passed" in summary and "failed" not in summary and "skipped" not in summary, summary
+    summary = kit.sdk_suite(WRAPPER, RELEASE_IMAGE=IMAGE, PODMAN_NOFILE=run_env()["PODMAN_NOFILE"])
     print(f"SDK suite in the container: {summary} ({time.monotonic() - started:.0f} s)")
 
 
