@@ -106,24 +106,35 @@
             else
               null;
 
-          # The released image: the PGO+BOLT gateway (its proof marker rides along in the closure),
-          # run as nobody with the config mounted at /etc/gateway/config.json.
+          # The released image on the nixpkgs path, matched to nix/release/target.nix's
+          # (docs/release.md): the PGO+BOLT gateway run as `gateway` (65532) with the config
+          # mounted at /etc/gateway/config.json, its proof marker inside. The digest labels of the
+          # offline image would need import-from-derivation, so this one carries the marker's path.
           gateway-oci = pkgs.dockerTools.buildLayeredImage {
             name = "llm-gateway";
             tag = "pgo-bolt";
+            extraCommands = ''
+              mkdir -p etc/gateway tmp usr/share/gateway && chmod 1777 tmp
+              printf 'root:x:0:0:root:/root:/usr/sbin/nologin\ngateway:x:65532:65532:gateway:/nonexistent:/usr/sbin/nologin\n' > etc/passwd
+              printf 'root:x:0:\ngateway:x:65532:\n' > etc/group
+              cp ${gateway-pgo-bolt}/share/gateway/proof.json usr/share/gateway/proof.json
+            '';
             config = {
               Entrypoint = [ "${gateway-pgo-bolt}/bin/gateway" ];
               Cmd = [
                 "--config"
                 "/etc/gateway/config.json"
               ];
-              User = "65534:65534";
+              User = "65532:65532";
               ExposedPorts = {
                 "8080/tcp" = { };
               };
               Labels = {
                 "org.opencontainers.image.title" = "llm-gateway";
-                "org.opencontainers.image.description" = "PGO+BOLT gateway; proof marker at ${gateway-pgo-bolt}/share/gateway/proof.json";
+                "org.opencontainers.image.description" = "PGO+BOLT gateway; proof marker at /usr/share/gateway/proof.json";
+                "org.opencontainers.image.revision" = self.rev or "dirty";
+                "org.opencontainers.image.licenses" = "Apache-2.0";
+                "org.llm-gateway.proof.path" = "/usr/share/gateway/proof.json";
               };
             };
           };

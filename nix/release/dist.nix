@@ -43,7 +43,7 @@ toolchain.runStage {
     # The engine for `pgo-engine verify-proof` where there is no Nix.
     mkdir -p ${engineBase}/bin
     cp ${engine}/bin/pgo-engine ${engineBase}/bin/
-    cp ${./LICENSE} ${engineBase}/LICENSE
+    cp ${../../LICENSE} ${engineBase}/LICENSE
     chmod -R u+w ${engineBase}
     find ${engineBase} -type d -exec chmod 755 {} +
     find ${engineBase} -type f -exec chmod 644 {} +

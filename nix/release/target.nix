@@ -106,7 +106,7 @@ let
       cp ${artifact}/share/${binary}/* "$d/share/${binary}/"
       cp ${manifest}/RELEASE.json "$d/"
       cp ${exampleConfig} "$d/config/gateway.json"
-      cp ${./LICENSE} "$d/LICENSE"
+      cp ${../../LICENSE} "$d/LICENSE"
       cp ${notices}/THIRD-PARTY-NOTICES "$d/"
       chmod -R u+w "$d"
       find "$d" -type d -exec chmod 755 {} +
@@ -152,7 +152,7 @@ let
       cp ${artifact}/share/${binary}/proof.json ${artifact}/share/${binary}/request-paths.json \
         "$rootfs/usr/share/${binary}/"
       cp ${manifest}/RELEASE.json "$rootfs/usr/share/${binary}/"
-      cp ${./LICENSE} "$rootfs/usr/share/doc/${name}/LICENSE"
+      cp ${../../LICENSE} "$rootfs/usr/share/doc/${name}/LICENSE"
       cp ${notices}/THIRD-PARTY-NOTICES "$rootfs/usr/share/doc/${name}/"
 
       # The runtime libraries: the binary's interpreter and its NEEDED entries, closed over, each
