@@ -99,11 +99,15 @@ let
     };
   };
 
+  # The workspace's `cargo vendor` directory in the store: the toolchain's crate source, and the
+  # release notices' licence files.
+  vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
+
   toolchain = import ../toolchains/offline.nix ({
     inherit rustToolchain rustRelease target;
     src = if src == null then cargoSource else src;
     packageSrc = package: if src != null then src else sourceOf.${package} or cargoSource;
-    vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
+    inherit vendor;
   } // (crossTools.${target} or { }) // toolOverrides);
 
   chain = import ../pipeline.nix {
@@ -184,8 +188,8 @@ let
     artifact = chain.gateway-pgo-bolt;
     notices = import ../release/notices.nix {
       inherit toolchain rustToolchain;
+      inherit vendor;
       src = cargoSource;
-      vendor = builtins.path { name = "cargo-vendor"; path = vendorDir; };
     };
     exampleConfig = root + "/examples/gateway.json";
     version = (builtins.fromTOML (builtins.readFile (root + "/Cargo.toml"))).workspace.package.version;

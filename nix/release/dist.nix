@@ -20,10 +20,10 @@
 }:
 let
   first = builtins.head targets;
-  version = builtins.head (builtins.match "llm-gateway-(.*)-[a-z0-9_]+-linux" first.base);
+  inherit (first) version;
   archive = "llm-gateway-${version}-oci.tar";
   engineBase = "pgo-engine-${version}-${builtins.head (builtins.split "-" toolchain.hostTarget)}-linux";
-  tarOpts = "--sort=name --mtime=@${toString sourceDateEpoch} --owner=0 --group=0 --numeric-owner --format=gnu";
+  pack = import ./pack.nix { inherit sourceDateEpoch; };
   # One image's descriptor in the image index: umoci's descriptor of the image (its manifest's
   # digest and size), with the platform a runtime picks it by instead of umoci's tag.
   addImage = t: ''
@@ -44,11 +44,9 @@ toolchain.runStage {
     mkdir -p ${engineBase}/bin
     cp ${engine}/bin/pgo-engine ${engineBase}/bin/
     cp ${../../LICENSE} ${engineBase}/LICENSE
-    chmod -R u+w ${engineBase}
-    find ${engineBase} -type d -exec chmod 755 {} +
-    find ${engineBase} -type f -exec chmod 644 {} +
+    ${pack.normaliseModes engineBase}
     chmod 755 ${engineBase}/bin/pgo-engine
-    tar ${tarOpts} -cf - ${engineBase} | gzip -n -9 > "$out/${engineBase}.tar.gz"
+    tar ${pack.tarOptions} -cf - ${engineBase} | gzip -n -9 > "$out/${engineBase}.tar.gz"
 
     # One OCI layout for every target's image: their blobs (umoci's), an image index of their
     # manifests by platform (umoci 0.4 writes no image index), and index.json naming it
@@ -61,10 +59,8 @@ toolchain.runStage {
     cp image-index.json "layout/blobs/sha256/$index_sha"
     printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.index.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"llm-gateway:${version}"}}]}' \
       "$index_sha" "$(stat -c %s image-index.json)" > layout/index.json
-    chmod -R u+w layout
-    find layout -type d -exec chmod 755 {} +
-    find layout -type f -exec chmod 644 {} +
-    (cd layout && tar ${tarOpts} -cf "$out/${archive}" oci-layout index.json blobs)
+    ${pack.normaliseModes "layout"}
+    (cd layout && tar ${pack.tarOptions} -cf "$out/${archive}" oci-layout index.json blobs)
 
     cp ${./verify} "$out/verify"
     chmod 755 "$out/verify"

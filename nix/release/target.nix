@@ -51,6 +51,7 @@ let
   readelf = toolchain.tools.readelf;
   created = "1970-01-01T00:00:0${toString sourceDateEpoch}Z";
   json = builtins.toJSON;
+  pack = import ./pack.nix { inherit sourceDateEpoch; };
 
   manifest = toolchain.runStage {
     name = "${name}-release-manifest";
@@ -108,13 +109,10 @@ let
       cp ${exampleConfig} "$d/config/gateway.json"
       cp ${../../LICENSE} "$d/LICENSE"
       cp ${notices}/THIRD-PARTY-NOTICES "$d/"
-      chmod -R u+w "$d"
-      find "$d" -type d -exec chmod 755 {} +
-      find "$d" -type f -exec chmod 644 {} +
+      ${pack.normaliseModes "\"$d\""}
       chmod 755 "$d/bin/${binary}"
       mkdir -p "$out"
-      tar --sort=name --mtime=@${toString sourceDateEpoch} --owner=0 --group=0 --numeric-owner \
-        --format=gnu -cf - "$d" | gzip -n -9 > "$out/${base}.tar.gz" \
+      tar ${pack.tarOptions} -cf - "$d" | gzip -n -9 > "$out/${base}.tar.gz" \
         || fail "tar of $d failed"
       echo "stage $stage: $(tar -tzvf "$out/${base}.tar.gz" | wc -l) entries, $(stat -c %s "$out/${base}.tar.gz") bytes"
     '';
@@ -198,13 +196,10 @@ let
 
       # Modes normalised; the layer is a GNU tar with sorted names, one mtime and owner 0, added
       # verbatim by umoci (which compresses it).
-      chmod -R u+w "$rootfs"
-      find "$rootfs" -type d -exec chmod 755 {} +
-      find "$rootfs" -type f -exec chmod 644 {} +
+      ${pack.normaliseModes "\"$rootfs\""}
       chmod 755 "$rootfs/usr/bin/${binary}" "$rootfs$interp"
       chmod 1777 "$rootfs/tmp"
-      (cd "$rootfs" && tar --sort=name --mtime=@${toString sourceDateEpoch} --owner=0 --group=0 \
-        --numeric-owner --format=gnu -cf "$TMPDIR/layer.tar" etc lib* tmp usr) \
+      (cd "$rootfs" && tar ${pack.tarOptions} -cf "$TMPDIR/layer.tar" etc lib* tmp usr) \
         || fail "tar of the image's root file system failed"
       "$umoci" raw add-layer --image layout:${ociArch} --history.created ${created} \
         --history.created_by "nix/release/target.nix: the gateway, its runtime libraries, its marker" \
@@ -243,6 +238,6 @@ let
   };
 in
 {
-  inherit manifest notices tarball image ociArch arch base;
+  inherit manifest notices tarball image ociArch arch base version;
   tarballFile = "${tarball}/${base}.tar.gz";
 }
